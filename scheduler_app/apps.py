@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class SchedulerAppConfig(AppConfig):
+    name = "scheduler_app"
+    verbose_name = "Scheduler"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from scheduler_app import checks  # noqa: F401

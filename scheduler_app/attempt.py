@@ -1,0 +1,192 @@
+"""One attempt, start to finish: claimed -> running -> outcome, every write fenced."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.db import Error as DatabaseLibraryError
+from django.db import transaction
+
+from scheduler_app import journal, logs
+from scheduler_app.claims import Claim
+from scheduler_app.clock import Clock
+from scheduler_app.events import ExecutionContext, TaskEvent
+from scheduler_app.exceptions import TaskSkipped
+from scheduler_app.handlers import registry
+from scheduler_app.handlers.base import HandlerError, MissingHandler
+from scheduler_app.handlers.hooks import call_hook, notify
+from scheduler_app.models import LogPersistence, Status, Task
+
+logger = logging.getLogger("scheduler_app")
+
+EXECUTION_FAILED = "scheduler:023"
+HOOK_FAILED = "scheduler:031"
+
+
+@dataclass
+class Attempt:
+    """An attempt in flight on this runner and how to stop it."""
+
+    claim: Claim
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str = ""
+    lease_lost: bool = False
+    lease_deadline: float = 0.0
+
+    def cancel(self, reason: str, *, lease_lost: bool = False) -> None:
+        if not self.cancelled.is_set():
+            self.cancel_reason = reason
+            self.lease_lost = lease_lost
+            self.cancelled.set()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    reason: str
+    result: Any = None
+    error: dict[str, str] | None = None
+
+
+def safe_message(exc: BaseException) -> str:
+    """A short message for the journal; database errors never leak their SQL or driver text."""
+    if isinstance(exc, DatabaseLibraryError):
+        return "A database error occurred in the task."
+    text = str(exc)
+    return f"{type(exc).__name__}: {text[:500]}" if text else type(exc).__name__
+
+
+def call_handler(event: TaskEvent) -> Outcome:
+    """Run the start hook and the handler; map every way out to an Outcome."""
+    config = event.task.handler
+    failure_code = HOOK_FAILED if config is None else EXECUTION_FAILED
+    try:
+        call_hook("on_task_start", event)
+        handler = registry.for_config(config)
+        if handler is None:
+            raise MissingHandler("The task's handler kind is not installed.")
+        result = handler.run(event)
+        json.dumps(result, allow_nan=False)
+    except TaskSkipped as exc:
+        return Outcome(Status.INTERRUPTED, "skipped by the task", error={"reason": "skipped", "message": exc.message[:500]})
+    except MissingHandler as exc:
+        return Outcome(Status.INTERRUPTED, "missing handler", error={"reason": "missing handler", "message": str(exc)})
+    except HandlerError as exc:
+        return Outcome(Status.FAILED, "failed", error={"code": exc.code, "message": exc.message[:1000]})
+    except (TypeError, ValueError) as exc:
+        if "JSON" in str(exc) or "serializable" in str(exc):
+            return Outcome(Status.FAILED, "failed", error={"code": failure_code, "message": "The result is not JSON."})
+        logger.exception("attempt of %s failed", event.context.occurrence_id)
+        return Outcome(Status.FAILED, "failed", error={"code": failure_code, "message": safe_message(exc)})
+    except Exception as exc:
+        logger.exception("attempt of %s failed", event.context.occurrence_id)
+        return Outcome(Status.FAILED, "failed", error={"code": failure_code, "message": safe_message(exc)})
+    return Outcome(Status.SUCCESS, "succeeded", result=result)
+
+
+def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
+    """Run one claimed attempt; after a lost lease nothing more is written."""
+    execution, task, token = attempt.claim.execution, attempt.claim.task, attempt.claim.token
+    number = execution.attempt
+    now = clock.now()
+    if attempt.cancelled.is_set():
+        journal.transition(
+            execution.sequence, Status.CLAIMED, Status.PENDING, at=now, token=token, node=node, attempt=number,
+            reason=f"released before start: {attempt.cancel_reason}",
+            fields={"owner": "", "execution_token": "", "lease_expires_at": None, "attempt": number - 1},
+        )
+        return
+    started = journal.transition(
+        execution.sequence, Status.CLAIMED, Status.RUNNING, at=now, token=token, node=node, attempt=number,
+        reason="started", fields={"started_at": now}, extra_filter={"stop_requested": False},
+    )
+    if not started:
+        stop = Outcome(Status.INTERRUPTED, "stop requested", error={"reason": "stop requested", "message": "stop requested"})
+        _finish(attempt, node, clock, stop, from_status=Status.CLAIMED)
+        return
+    execution.started_at = now
+    context = ExecutionContext(
+        occurrence_id=str(execution.occurrence_id),
+        sequence=execution.sequence,
+        attempt=number,
+        execution_token=token,
+        task_id=execution.task_id,
+        params=dict(execution.params),
+        trigger_type=execution.trigger_type,
+        trigger_source=execution.trigger_source,
+    )
+    event = TaskEvent(task=task, context=context, cancelled=attempt.cancelled)
+    outcome = call_handler(event)
+    if attempt.cancelled.is_set():
+        if attempt.lease_lost:
+            logger.warning("lease lost for %s; the attempt writes nothing more", execution.occurrence_id)
+            return
+        reason = attempt.cancel_reason
+        outcome = Outcome(Status.INTERRUPTED, reason, error={"reason": "cancelled", "message": reason})
+    if _finish(attempt, node, clock, outcome, from_status=Status.RUNNING, event=event):
+        if outcome.status == Status.SUCCESS and task.delete_after_run:
+            Task.objects.filter(id=task.id, revision=task.revision).delete()
+
+
+def _finish(
+    attempt: Attempt,
+    node: str,
+    clock: Clock,
+    outcome: Outcome,
+    *,
+    from_status: str,
+    event: TaskEvent | None = None,
+) -> bool:
+    execution, task, token = attempt.claim.execution, attempt.claim.task, attempt.claim.token
+    number = execution.attempt
+    now = clock.now()
+    retry = outcome.status == Status.FAILED and number < execution.max_attempts
+    if retry:
+        delay = task.backoff_before(number + 1)
+        to_status, log_status = Status.PENDING, Status.FAILED
+        reason = f"retry in {delay:g}s (attempt {number + 1} of {execution.max_attempts})"
+        fields: dict[str, Any] = {
+            "due_at": now + timedelta(seconds=delay),
+            "owner": "",
+            "execution_token": "",
+            "lease_expires_at": None,
+            "error": outcome.error,
+            "log_persistence": LogPersistence.PENDING,
+        }
+    else:
+        to_status = log_status = outcome.status
+        reason = outcome.reason
+        fields = {
+            "finished_at": now,
+            "lease_expires_at": None,
+            "result": outcome.result,
+            "error": outcome.error,
+            "log_persistence": LogPersistence.PENDING,
+        }
+    try:
+        with transaction.atomic():
+            done = journal.transition(
+                execution.sequence, from_status, to_status, at=now, token=token, node=node, attempt=number,
+                reason=reason, fields=fields, result=outcome.result, error=outcome.error,
+            )
+    except DatabaseLibraryError:
+        logger.warning("could not record the outcome of %s; its lease will expire", execution.occurrence_id)
+        return False
+    if not done:
+        logger.warning("lease lost for %s; outcome not recorded", execution.occurrence_id)
+        return False
+    execution.status = to_status
+    started_at = execution.started_at if from_status == Status.RUNNING else None
+    log = logs.build_log(
+        execution, task.name, number, log_status, started_at, now, outcome.result, outcome.error
+    )
+    logs.write_and_confirm(execution, [log])
+    if event is not None:
+        event.log = log
+        notify("on_task_interrupted" if outcome.status == Status.INTERRUPTED else "on_task_finish", event)
+    return True

@@ -1,0 +1,175 @@
+"""Claiming due executions and recovering expired leases, in short transactions."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Count, F
+
+from scheduler_app import cron, journal
+from scheduler_app.models import OCCUPYING, Execution, ExecutionEvent, LogPersistence, Status, Task, TriggerType
+
+OVERFETCH = 4
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One attempt this runner now owns: the execution as claimed and the task as reread."""
+
+    execution: Execution
+    task: Task
+    token: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """An execution whose attempt ended outside a worker; ``log_status`` is what its log row shows."""
+
+    execution: Execution
+    task_name: str
+    log_status: str
+
+
+def _saturated_task_ids() -> list[str]:
+    busy = dict(
+        Execution.objects.filter(status__in=OCCUPYING)
+        .values("task_id")
+        .annotate(n=Count("sequence"))
+        .values_list("task_id", "n")
+    )
+    if not busy:
+        return []
+    limits = dict(Task.objects.filter(id__in=list(busy)).values_list("id", "max_concurrency"))
+    return [task_id for task_id, n in busy.items() if task_id in limits and n >= limits[task_id]]
+
+
+def _why_not_runnable(execution: Execution, task: Task | None) -> str | None:
+    if task is None:
+        return "task deleted"
+    if execution.trigger_type == TriggerType.SCHEDULED:
+        if not task.enabled:
+            return "task disabled"
+        if execution.scheduled_for is None or not cron.matches(task.cron, task.timezone, execution.scheduled_for):
+            return "rescheduled: the occurrence no longer matches the cron expression"
+    return None
+
+
+def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[list[Claim], list[Ended]]:
+    """Claim up to ``limit`` due executions, respecting each task's max_concurrency."""
+    if limit <= 0:
+        return [], []
+    claims: list[Claim] = []
+    ended: list[Ended] = []
+    lease_until = now + timedelta(seconds=lease_seconds)
+    with transaction.atomic():
+        candidates = list(
+            Execution.objects.select_for_update(skip_locked=True)
+            .due(now)
+            .exclude(task_id__in=_saturated_task_ids())
+            .order_by("due_at", "sequence")[: limit * OVERFETCH]
+        )
+        if not candidates:
+            return [], []
+        task_ids = {row.task_id for row in candidates}
+        tasks = {task.id: task for task in Task.objects.select_for_update(skip_locked=True).filter(id__in=task_ids)}
+        existing = set(Task.objects.filter(id__in=task_ids - set(tasks)).values_list("id", flat=True))
+        busy = dict(
+            Execution.objects.filter(task_id__in=list(tasks), status__in=OCCUPYING)
+            .values("task_id")
+            .annotate(n=Count("sequence"))
+            .values_list("task_id", "n")
+        )
+        free = {task.id: task.max_concurrency - busy.get(task.id, 0) for task in tasks.values()}
+        events: list[ExecutionEvent] = []
+        for row in candidates:
+            if row.task_id in existing or len(claims) >= limit:
+                continue
+            task = tasks.get(row.task_id)
+            reason = _why_not_runnable(row, task)
+            if reason is not None:
+                fields = {
+                    "finished_at": now,
+                    "error": {"reason": reason.split(":", 1)[0], "message": reason},
+                    "log_persistence": LogPersistence.PENDING,
+                }
+                if Execution.objects.filter(sequence=row.sequence, status=Status.PENDING).update(
+                    status=Status.INTERRUPTED, updated_at=now, **fields
+                ):
+                    events.append(journal.event(row.sequence, now, Status.PENDING, Status.INTERRUPTED, reason, node=node, attempt=row.attempt))
+                    row.status, row.updated_at = Status.INTERRUPTED, now
+                    row.finished_at, row.error = fields["finished_at"], fields["error"]
+                    ended.append(Ended(row, task.name if task else row.task_id, Status.INTERRUPTED))
+                continue
+            assert task is not None
+            if free[task.id] <= 0:
+                continue
+            token = secrets.token_hex(16)
+            attempt = row.attempt + 1
+            claimed = Execution.objects.filter(sequence=row.sequence, status=Status.PENDING).update(
+                status=Status.CLAIMED,
+                owner=node,
+                execution_token=token,
+                lease_expires_at=lease_until,
+                attempt=attempt,
+                task_revision=task.revision,
+                updated_at=now,
+            )
+            if not claimed:
+                continue
+            free[task.id] -= 1
+            row.status, row.owner, row.execution_token = Status.CLAIMED, node, token
+            row.lease_expires_at, row.attempt, row.task_revision, row.updated_at = lease_until, attempt, task.revision, now
+            events.append(journal.event(row.sequence, now, Status.PENDING, Status.CLAIMED, "claimed", node=node, attempt=attempt))
+            claims.append(Claim(row, task, token))
+        journal.append(events)
+    return claims, ended
+
+
+def recover_expired(now: datetime, node: str, batch: int = 100) -> list[Ended]:
+    """Expired leases: never started -> pending; idempotent with attempts left -> pending; else unknown."""
+    ended: list[Ended] = []
+    with transaction.atomic():
+        rows = list(
+            Execution.objects.select_for_update(skip_locked=True)
+            .lease_expired(now)
+            .order_by("lease_expires_at")[:batch]
+        )
+        if not rows:
+            return []
+        tasks = {task.id: task for task in Task.objects.filter(id__in={row.task_id for row in rows})}
+        events: list[ExecutionEvent] = []
+        for row in rows:
+            task = tasks.get(row.task_id)
+            released = {"owner": "", "execution_token": "", "lease_expires_at": None, "updated_at": now}
+            if row.status == Status.RUNNING:
+                released["log_persistence"] = LogPersistence.PENDING
+            if row.status == Status.CLAIMED:
+                to_status, reason = Status.PENDING, "lease expired before the attempt started"
+                fields = {**released, "attempt": row.attempt - 1}
+            elif task is not None and task.idempotent and row.attempt < row.max_attempts:
+                to_status, reason = Status.PENDING, "lease expired while running; idempotent, will run again"
+                fields = {**released, "due_at": now}
+            else:
+                to_status, reason = Status.UNKNOWN, "lease expired while running; outcome unknown"
+                fields = {**released, "finished_at": now}
+            lease_error = {"reason": "lease expired", "message": reason} if row.status == Status.RUNNING else None
+            if to_status == Status.UNKNOWN:
+                fields["error"] = lease_error
+            moved = Execution.objects.filter(
+                sequence=row.sequence, status=row.status, execution_token=row.execution_token
+            ).update(status=to_status, **fields)
+            if not moved:
+                continue
+            events.append(
+                journal.event(
+                    row.sequence, now, row.status, to_status, reason, node=node, attempt=row.attempt, error=lease_error
+                )
+            )
+            if row.status == Status.RUNNING:
+                row.status, row.finished_at, row.error = to_status, now, lease_error
+                ended.append(Ended(row, task.name if task else row.task_id, Status.UNKNOWN))
+        journal.append(events)
+    return ended

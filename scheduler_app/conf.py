@@ -1,0 +1,70 @@
+"""The SCHEDULER_APP settings with their defaults, read lazily."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+DEFAULTS: dict[str, Any] = {
+    "TICK_INTERVAL": 1.0,
+    "LEASE_SECONDS": 300,
+    "WORKERS": 4,
+    "NODE_ID": None,
+    "MISFIRE_GRACE_SECONDS": 60,
+    "DRAIN_SECONDS": 30,
+    "MAX_LOGS": None,
+    "RETENTION_DAYS": None,
+    "LOG_DATABASE": "default",
+    "HTTP": {
+        "TIMEOUT": 30,
+        "MAX_RESPONSE_BYTES": 1024 * 1024,
+        "RESULT_MAX_BYTES": 64 * 1024,
+        "ALLOW_PRIVATE_NETWORKS": False,
+        "ALLOWED_NETWORKS": [],
+    },
+    "JS": {"TIMEOUT": 30, "MEMORY_LIMIT_MB": 128},
+    "REDIS_URL": None,
+    "HOOKS": {},
+    "HANDLERS": {},
+    "TASKS": [],
+}
+
+
+class SchedulerSettings:
+    """Attribute access to SCHEDULER_APP merged over DEFAULTS; dicts merge one level deep."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        value = getattr(settings, "SCHEDULER_APP", None) or {}
+        return value if isinstance(value, dict) else {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Unknown scheduler setting: {name}")
+        if name not in self._cache:
+            value = self.user_settings.get(name, DEFAULTS[name])
+            if isinstance(DEFAULTS[name], dict) and isinstance(value, dict):
+                value = {**DEFAULTS[name], **value}
+            self._cache[name] = value
+        return self._cache[name]
+
+    def reload(self) -> None:
+        self._cache.clear()
+
+
+scheduler_settings = SchedulerSettings()
+
+
+@receiver(setting_changed)
+def _reload_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "SCHEDULER_APP":
+        scheduler_settings.reload()
+        from scheduler_app.handlers import registry
+
+        registry.reset()

@@ -1,0 +1,81 @@
+"""Database plumbing for the runner: the one-query probe and connection care."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connections
+from django.utils.dateparse import parse_datetime
+
+from scheduler_app.models import LEASED, Execution, Status, Task
+
+NOW_SQL = {
+    "postgresql": "statement_timestamp()",
+    "mysql": "UTC_TIMESTAMP(6)",
+    "sqlite": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')",
+}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one idle tick learns: the database clock and the earliest instants of interest."""
+
+    now: datetime
+    next_run_at: datetime | None
+    next_due_at: datetime | None
+    next_lease_expiry: datetime | None
+
+
+def as_utc(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise ValueError("unparseable datetime from the database")
+        value = parsed
+    if not isinstance(value, datetime):
+        raise ValueError("not a datetime")
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def probe(using: str = "default") -> Probe:
+    """One indexed query: database now, earliest next_run_at, due_at and lease expiry."""
+    connection = connections[using]
+    task_table = connection.ops.quote_name(Task._meta.db_table)
+    execution_table = connection.ops.quote_name(Execution._meta.db_table)
+    sql = (
+        f"SELECT {NOW_SQL[connection.vendor]},"
+        f" (SELECT MIN(next_run_at) FROM {task_table} WHERE enabled = %s),"
+        f" (SELECT MIN(due_at) FROM {execution_table} WHERE status = %s),"
+        f" (SELECT MIN(lease_expires_at) FROM {execution_table} WHERE status IN (%s, %s))"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [True, Status.PENDING, *LEASED])
+        row = cursor.fetchone()
+    now = as_utc(row[0])
+    assert now is not None
+    return Probe(now, as_utc(row[1]), as_utc(row[2]), as_utc(row[3]))
+
+
+def drop_broken_connections() -> None:
+    """Close connections that are broken or past CONN_MAX_AGE; keep healthy ones across ticks."""
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is None or connection.in_atomic_block:
+            continue
+        max_age = connection.settings_dict.get("CONN_MAX_AGE") or 0
+        expired = bool(max_age) and connection.close_at is not None and time.monotonic() >= connection.close_at
+        if expired or (connection.errors_occurred and not connection.is_usable()):
+            connection.close()
+        else:
+            connection.errors_occurred = False
+
+
+def close_thread_connections() -> None:
+    for connection in connections.all(initialized_only=True):
+        connection.close()

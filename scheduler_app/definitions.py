@@ -1,0 +1,220 @@
+"""Validation and normalisation of task definitions (the dict users write)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from scheduler_app import cron
+from scheduler_app.exceptions import InvalidCron, InvalidDefinition
+
+ID_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,128}$")
+OVERLAP_CHOICES = ("skip", "buffer_one")
+MAX_ATTEMPTS = 100
+MAX_NAME_LENGTH = 200
+
+FIELDS = (
+    "id",
+    "name",
+    "description",
+    "cron",
+    "timezone",
+    "enabled",
+    "delete_after_run",
+    "idempotent",
+    "retry",
+    "params",
+    "handler",
+    "max_concurrency",
+    "overlap",
+    "misfire_grace_seconds",
+)
+UPDATABLE = frozenset(FIELDS) - {"id"}
+CLEARABLE = frozenset({"retry", "handler", "timezone"})
+
+Errors = dict[str, list[str]]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _check_text(errors: Errors, field: str, value: Any, max_length: int) -> None:
+    if not isinstance(value, str):
+        errors.setdefault(field, []).append("Must be a string.")
+    elif len(value) > max_length:
+        errors.setdefault(field, []).append(f"At most {max_length} characters.")
+
+
+def _check_bool(errors: Errors, field: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        errors.setdefault(field, []).append("Must be true or false.")
+
+
+def normalise_retry(value: Any, errors: Errors) -> tuple[int, list[int]]:
+    """Return (max_attempts, backoff) from a retry dict; None means no retry."""
+    if value is None:
+        return 1, []
+    if not isinstance(value, dict):
+        errors.setdefault("retry", []).append("Must be an object with max_attempts and backoff.")
+        return 1, []
+    unknown = set(value) - {"max_attempts", "backoff"}
+    if unknown:
+        errors.setdefault("retry", []).append(f"Unknown keys: {', '.join(sorted(map(str, unknown)))}.")
+    attempts = value.get("max_attempts", 1)
+    if not _is_int(attempts) or not 1 <= attempts <= MAX_ATTEMPTS:
+        errors.setdefault("retry.max_attempts", []).append(f"Must be an integer from 1 to {MAX_ATTEMPTS}.")
+        attempts = 1
+    backoff = value.get("backoff", [])
+    if isinstance(backoff, (int, float)) and not isinstance(backoff, bool):
+        backoff = [backoff]
+    if not isinstance(backoff, list) or not all(
+        isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b <= 86400 * 7 for b in backoff
+    ):
+        errors.setdefault("retry.backoff", []).append(
+            "Must be a list of non-negative numbers of seconds (at most one week each)."
+        )
+        backoff = []
+    if len(backoff) > MAX_ATTEMPTS:
+        errors.setdefault("retry.backoff", []).append(f"At most {MAX_ATTEMPTS} values.")
+    return attempts, [int(b) if float(b).is_integer() else b for b in backoff]
+
+
+def _check_handler(errors: Errors, value: Any) -> None:
+    if value is None:
+        return
+    from scheduler_app.handlers import registry
+
+    if not isinstance(value, dict):
+        errors.setdefault("handler", []).append("Must be an object with a kind, or null.")
+        return
+    kind = value.get("kind")
+    handler = registry.get(kind) if isinstance(kind, str) else None
+    if handler is None:
+        known = ", ".join(registry.kinds()) or "none"
+        errors.setdefault("handler.kind", []).append(f"Unknown handler kind {_short(kind)} (known: {known}).")
+        return
+    if not _is_json(value):
+        errors.setdefault("handler", []).append("Must be JSON.")
+        return
+    for field, messages in handler.validate(value).items():
+        errors.setdefault(f"handler.{field}" if field else "handler", []).extend(messages)
+
+
+def validate_fields(data: dict[str, Any], errors: Errors) -> dict[str, Any]:
+    """Check the given definition fields; return model field values for those present."""
+    values: dict[str, Any] = {}
+    if "id" in data:
+        task_id = data["id"]
+        if not isinstance(task_id, str) or not ID_PATTERN.match(task_id):
+            errors.setdefault("id", []).append(
+                "Must be 1-128 characters: letters, digits, hyphens and underscores."
+            )
+        else:
+            values["id"] = task_id
+    for field, limit in (("name", MAX_NAME_LENGTH), ("description", 10_000)):
+        if field in data:
+            _check_text(errors, field, data[field], limit)
+            values[field] = data[field]
+    if "cron" in data or "timezone" in data:
+        expression = data.get("cron", "")
+        zone = data.get("timezone") or ""
+        if not isinstance(expression, str):
+            errors.setdefault("cron", []).append("Must be a string of 5 fields.")
+        elif not isinstance(zone, str):
+            errors.setdefault("timezone", []).append("Must be an IANA timezone name.")
+        elif "cron" in data:
+            try:
+                cron.validate(expression, zone)
+            except InvalidCron as exc:
+                for field, messages in exc.errors.items():
+                    errors.setdefault(field, []).extend(messages)
+        if "cron" in data:
+            values["cron"] = " ".join(expression.split()) if isinstance(expression, str) else expression
+        if "timezone" in data:
+            values["timezone"] = zone
+    for field in ("enabled", "delete_after_run", "idempotent"):
+        if field in data:
+            _check_bool(errors, field, data[field])
+            values[field] = data[field]
+    if "retry" in data:
+        values["retry_max_attempts"], values["retry_backoff"] = normalise_retry(data["retry"], errors)
+    if "params" in data:
+        params = data["params"] if data["params"] is not None else {}
+        if not isinstance(params, dict) or not _is_json(params):
+            errors.setdefault("params", []).append("Must be a JSON object.")
+        values["params"] = params
+    if "handler" in data:
+        _check_handler(errors, data["handler"])
+        values["handler"] = data["handler"]
+    if "max_concurrency" in data:
+        value = data["max_concurrency"]
+        if not _is_int(value) or not 1 <= value <= 1000:
+            errors.setdefault("max_concurrency", []).append("Must be an integer from 1 to 1000.")
+        values["max_concurrency"] = value
+    if "overlap" in data:
+        if data["overlap"] not in OVERLAP_CHOICES:
+            errors.setdefault("overlap", []).append(f"Must be one of: {', '.join(OVERLAP_CHOICES)}.")
+        values["overlap"] = data["overlap"]
+    if "misfire_grace_seconds" in data:
+        value = data["misfire_grace_seconds"]
+        if value is not None and (not _is_int(value) or not 0 <= value <= 86400 * 31):
+            errors.setdefault("misfire_grace_seconds", []).append(
+                "Must be null or an integer number of seconds up to 31 days."
+            )
+        values["misfire_grace_seconds"] = value
+    return values
+
+
+def validate_definition(data: Any) -> dict[str, Any]:
+    """Validate a whole definition; return the model field values or raise InvalidDefinition."""
+    if not isinstance(data, dict):
+        raise InvalidDefinition("A task definition must be an object.", errors={"": ["Must be an object."]})
+    errors: Errors = {}
+    unknown = sorted(str(key) for key in data if key not in FIELDS)
+    if unknown:
+        errors[""] = [f"Unknown fields: {', '.join(_short(k) for k in unknown)}."]
+    for required in ("id", "cron"):
+        if required not in data:
+            errors.setdefault(required, []).append("This field is required.")
+    values = validate_fields(data, errors)
+    raise_if_errors(errors)
+    values.setdefault("name", values["id"])
+    return values
+
+
+def validate_changes(changes: dict[str, Any]) -> dict[str, Any]:
+    """Validate a partial update; None clears retry, handler and timezone."""
+    errors: Errors = {}
+    unknown = sorted(str(key) for key in changes if key not in UPDATABLE)
+    if unknown:
+        errors[""] = [f"Unknown or read-only fields: {', '.join(_short(k) for k in unknown)}."]
+    for key, value in changes.items():
+        if value is None and key in UPDATABLE and key not in CLEARABLE and key != "misfire_grace_seconds":
+            errors.setdefault(key, []).append("Cannot be null.")
+    values = validate_fields({k: v for k, v in changes.items() if k in UPDATABLE}, errors)
+    raise_if_errors(errors)
+    return values
+
+
+def raise_if_errors(errors: Errors) -> None:
+    if not errors:
+        return
+    cron_fields = {"cron", "timezone"}
+    if set(errors) <= cron_fields:
+        raise InvalidCron("The cron expression or timezone is invalid.", errors=errors)
+    raise InvalidDefinition("The task definition is invalid.", errors=errors)

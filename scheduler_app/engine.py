@@ -1,0 +1,273 @@
+"""The Runner: tick loop, claims, lease renewal, dispatch to workers and shutdown."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.db import DatabaseError, InterfaceError
+from django.db.models import Q
+
+from scheduler_app import claims, db, logs, scheduling, wakeup
+from scheduler_app.attempt import Attempt, run_attempt
+from scheduler_app.clock import Clock, DatabaseClock
+from scheduler_app.conf import scheduler_settings
+from scheduler_app.models import LEASED, Execution, Runner as RunnerRecord, Status
+
+logger = logging.getLogger("scheduler_app")
+
+MAX_BACKOFF = 30.0
+DATABASE_ERRORS = (DatabaseError, InterfaceError)
+
+
+def default_node_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class WorkerPool:
+    """Threads that run attempts; each closes its database connections when it ends."""
+
+    def __init__(self, size: int, work: Callable[[Attempt], None]) -> None:
+        self._queue: queue.Queue[Attempt | None] = queue.Queue()
+        self._work = work
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"scheduler-worker-{i}", daemon=True) for i in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while (item := self._queue.get()) is not None:
+                self._work(item)
+        finally:
+            db.close_thread_connections()
+
+    def submit(self, attempt: Attempt) -> None:
+        self._queue.put(attempt)
+
+    def stop(self, timeout: float) -> bool:
+        """Ask every thread to end; True when all ended within ``timeout``."""
+        for _ in self._threads:
+            self._queue.put(None)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
+
+
+class Runner:
+    """One scheduler process: create occurrences, claim them, run them, keep their leases."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str | None = None,
+        workers: int | None = None,
+        tick_interval: float | None = None,
+        lease_seconds: float | None = None,
+        clock: Clock | None = None,
+        drain_seconds: float | None = None,
+        inline: bool = False,
+    ) -> None:
+        self.node_id = node_id or scheduler_settings.NODE_ID or default_node_id()
+        self.workers = int(workers if workers is not None else scheduler_settings.WORKERS)
+        self.tick_interval = float(tick_interval if tick_interval is not None else scheduler_settings.TICK_INTERVAL)
+        self.lease_seconds = float(lease_seconds if lease_seconds is not None else scheduler_settings.LEASE_SECONDS)
+        self.drain_seconds = float(drain_seconds if drain_seconds is not None else scheduler_settings.DRAIN_SECONDS)
+        self.clock: Clock = clock or DatabaseClock()
+        self.in_flight: dict[int, Attempt] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._pool: WorkerPool | None = None
+        self._listener: wakeup.Listener | None = None
+        self._last_renewal = 0.0
+        self._last_prune = 0.0
+        self._record: RunnerRecord | None = None
+        self.inline = inline
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        """Record this runner and start its workers (and the Redis listener when configured)."""
+        now = self.clock.now()
+        self._record, _ = RunnerRecord.objects.update_or_create(
+            node_id=self.node_id,
+            defaults={
+                "host": socket.gethostname()[:200],
+                "pid": os.getpid(),
+                "started_at": now,
+                "last_seen_at": now,
+                "stopped_at": None,
+                "version": _version(),
+            },
+        )
+        self._last_renewal = time.monotonic()
+        if self.workers > 0 and not self.inline:
+            self._pool = WorkerPool(self.workers, self._run_attempt)
+        self._listener = wakeup.Listener.start_if_configured(self._wake)
+        logger.info("runner %s started with %s workers", self.node_id, self.workers)
+
+    def run(self, *, once: bool = False) -> None:
+        """Tick until shutdown() (or once, then drain)."""
+        self.start()
+        backoff = 0.0
+        try:
+            while not self._stopping.is_set():
+                try:
+                    self.tick()
+                    backoff = 0.0
+                except DATABASE_ERRORS:
+                    backoff = min(MAX_BACKOFF, max(self.tick_interval, backoff * 2 or 1.0))
+                    logger.warning("database unavailable; next try in %.1fs", backoff)
+                if once:
+                    self.wait_idle(self.drain_seconds)
+                    break
+                self._wake.wait(backoff or self.tick_interval)
+                self._wake.clear()
+        finally:
+            self.stop()
+
+    def shutdown(self, reason: str = "shutdown") -> None:
+        """Stop claiming and cancel in-flight attempts; run() then drains and returns."""
+        self._stopping.set()
+        with self._lock:
+            attempts = list(self.in_flight.values())
+        for attempt in attempts:
+            attempt.cancel(reason)
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._listener is not None:
+            self._listener.stop()
+        if self._pool is not None:
+            drained = self._pool.stop(self.drain_seconds)
+            if not drained:
+                logger.warning("drain timed out with %s attempts in flight", len(self.in_flight))
+        try:
+            RunnerRecord.objects.filter(node_id=self.node_id).update(
+                stopped_at=self.clock.now(), last_seen_at=self.clock.now()
+            )
+        except DATABASE_ERRORS:
+            pass
+        db.close_thread_connections()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no attempt is in flight (used by --once and tests)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self.in_flight:
+                    return True
+            self._wake.wait(0.05)
+            self._wake.clear()
+        return False
+
+    # -- one tick ----------------------------------------------------------
+
+    def tick(self) -> None:
+        """One pass: probe, then schedule, recover, claim, renew and prune only when needed."""
+        db.drop_broken_connections()
+        probe = db.probe()
+        self.clock.observe(probe.now)
+        now = self.clock.now()
+        due = probe.next_due_at is not None and probe.next_due_at <= now
+        if probe.next_run_at is not None and probe.next_run_at <= now:
+            for execution, task_name, _ in scheduling.schedule_due(now, self.node_id):
+                if execution.status == Status.INTERRUPTED:
+                    self._write_log(execution, task_name, Status.INTERRUPTED)
+                else:
+                    due = True
+        if probe.next_lease_expiry is not None and probe.next_lease_expiry < now:
+            for ended in claims.recover_expired(now, self.node_id):
+                self._write_log(ended.execution, ended.task_name, ended.log_status)
+        if due and not self._stopping.is_set():
+            self.claim_and_dispatch(now)
+        if time.monotonic() - self._last_renewal >= self.lease_seconds / 3:
+            self.renew_leases()
+        if time.monotonic() - self._last_prune >= 60:
+            self._last_prune = time.monotonic()
+            logs.prune(now)
+
+    def claim_and_dispatch(self, now: datetime) -> int:
+        with self._lock:
+            free = self.workers - len(self.in_flight)
+        claimed, ended = claims.claim(now, self.node_id, free, self.lease_seconds)
+        for item in ended:
+            self._write_log(item.execution, item.task_name, item.log_status)
+        for claim in claimed:
+            attempt = Attempt(claim)
+            attempt.lease_deadline = time.monotonic() + self.lease_seconds
+            with self._lock:
+                self.in_flight[claim.execution.sequence] = attempt
+            if self._pool is None:
+                self._run_attempt(attempt)
+            else:
+                self._pool.submit(attempt)
+        return len(claimed)
+
+    def renew_leases(self) -> None:
+        """Extend the leases of in-flight attempts; cancel those lost or stop-requested."""
+        self._last_renewal = time.monotonic()
+        now = self.clock.now()
+        with self._lock:
+            attempts = list(self.in_flight.values())
+        try:
+            RunnerRecord.objects.filter(node_id=self.node_id).update(last_seen_at=now)
+            if not attempts:
+                return
+            owned = Q()
+            for attempt in attempts:
+                owned |= Q(sequence=attempt.claim.execution.sequence, execution_token=attempt.claim.token)
+            rows = Execution.objects.filter(owned, status__in=LEASED)
+            rows.update(lease_expires_at=now + timedelta(seconds=self.lease_seconds))
+            state = {seq: stop for seq, stop in rows.values_list("sequence", "stop_requested")}
+        except DATABASE_ERRORS:
+            logger.warning("lease renewal failed; attempts past their lease will be cancelled")
+            for attempt in attempts:
+                if time.monotonic() >= attempt.lease_deadline:
+                    attempt.cancel("lease lost", lease_lost=True)
+            raise
+        renewed_until = time.monotonic() + self.lease_seconds
+        for attempt in attempts:
+            sequence = attempt.claim.execution.sequence
+            if sequence not in state:
+                attempt.cancel("lease lost", lease_lost=True)
+            else:
+                attempt.lease_deadline = renewed_until
+                if state[sequence]:
+                    attempt.cancel("stop requested")
+
+    # -- helpers -------------------------------------------------------------
+
+    def _run_attempt(self, attempt: Attempt) -> None:
+        try:
+            run_attempt(attempt, self.node_id, self.clock)
+        except Exception:
+            logger.exception("attempt of %s crashed the worker", attempt.claim.execution.occurrence_id)
+        finally:
+            db.drop_broken_connections()
+            with self._lock:
+                self.in_flight.pop(attempt.claim.execution.sequence, None)
+            self._wake.set()
+
+    def _write_log(self, execution: Execution, task_name: str, status: str) -> None:
+        finished = execution.finished_at or self.clock.now()
+        log = logs.build_log(
+            execution, task_name, execution.attempt, status, execution.started_at, finished, None, execution.error
+        )
+        logs.write_and_confirm(execution, [log])
+
+
+def _version() -> str:
+    from scheduler_app import __version__
+
+    return __version__

@@ -1,0 +1,49 @@
+"""The handler registry: built-in kinds plus those a project adds in HANDLERS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from scheduler_app.conf import scheduler_settings
+from scheduler_app.handlers.base import Handler
+from scheduler_app.handlers.hooks import HookHandler
+
+BUILTIN: dict[str, str] = {}
+
+
+class HandlerRegistry:
+    """Maps a handler ``kind`` to its Handler instance, loaded once."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] | None = None
+        self._hook_handler = HookHandler()
+
+    def _load(self) -> dict[str, Handler]:
+        if self._handlers is None:
+            paths = {**BUILTIN, **scheduler_settings.HANDLERS}
+            handlers: dict[str, Handler] = {}
+            for kind, target in paths.items():
+                factory = import_string(target) if isinstance(target, str) else target
+                handlers[kind] = factory()
+            self._handlers = handlers
+        return self._handlers
+
+    def kinds(self) -> list[str]:
+        return sorted(self._load())
+
+    def get(self, kind: str) -> Handler | None:
+        return self._load().get(kind)
+
+    def for_config(self, config: dict[str, Any] | None) -> Handler | None:
+        """The handler for a task's handler config; None config means the hooks."""
+        if config is None:
+            return self._hook_handler
+        return self.get(config.get("kind", ""))
+
+    def reset(self) -> None:
+        self._handlers = None
+
+
+registry = HandlerRegistry()

@@ -1,0 +1,87 @@
+"""Journal writes: every state change is one conditional UPDATE plus one appended event."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from scheduler_app.models import Execution, ExecutionEvent
+
+
+def event(
+    execution_id: int,
+    at: datetime,
+    from_status: str,
+    to_status: str,
+    reason: str,
+    *,
+    node: str = "",
+    attempt: int = 0,
+    result: Any = None,
+    error: Any = None,
+) -> ExecutionEvent:
+    """An unsaved event row."""
+    return ExecutionEvent(
+        execution_id=execution_id,
+        at=at,
+        from_status=from_status,
+        to_status=to_status,
+        reason=reason[:500],
+        node=node[:200],
+        attempt=attempt,
+        result=result,
+        error=error,
+    )
+
+
+def append(events: Iterable[ExecutionEvent]) -> None:
+    rows = list(events)
+    if rows:
+        ExecutionEvent.objects.bulk_create(rows)
+
+
+def transition(
+    sequence: int,
+    from_status: str,
+    to_status: str,
+    *,
+    at: datetime,
+    reason: str,
+    token: str | None,
+    node: str = "",
+    attempt: int = 0,
+    fields: dict[str, Any] | None = None,
+    extra_filter: dict[str, Any] | None = None,
+    result: Any = None,
+    error: Any = None,
+) -> bool:
+    """Move one execution from ``from_status`` to ``to_status`` and append the event.
+
+    With a ``token`` the write is fenced: False (and nothing written) means the
+    caller no longer owns the row.
+    """
+    rows = Execution.objects.filter(sequence=sequence, status=from_status, **(extra_filter or {}))
+    if token is not None:
+        rows = rows.filter(execution_token=token)
+    with transaction.atomic():
+        if rows.update(status=to_status, updated_at=at, **(fields or {})) != 1:
+            return False
+        append(
+            [
+                event(
+                    sequence,
+                    at,
+                    from_status,
+                    to_status,
+                    reason,
+                    node=node,
+                    attempt=attempt,
+                    result=result,
+                    error=error,
+                )
+            ]
+        )
+    return True

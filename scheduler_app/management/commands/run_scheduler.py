@@ -1,0 +1,67 @@
+"""manage.py run_scheduler: a thin shell around engine.Runner."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+from types import FrameType
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from scheduler_app import scheduler
+from scheduler_app.engine import Runner
+from scheduler_app.exceptions import SchedulerError
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return number
+
+
+def positive_float(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise argparse.ArgumentTypeError("must be a positive number")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Run the scheduler loop: create, claim and run task executions."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--once", action="store_true", help="Run one tick, wait for its attempts, exit.")
+        parser.add_argument("--workers", type=positive_int, help="Attempts run at once (default WORKERS).")
+        parser.add_argument("--tick-interval", type=positive_float, help="Seconds between ticks.")
+        parser.add_argument("--lease", type=positive_float, help="Lease length in seconds.")
+        parser.add_argument("--node-id", help="This runner's id (default host:pid).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["verbosity"] > 0 and not logging.getLogger("scheduler_app").handlers:
+            logging.basicConfig(level=logging.INFO if options["verbosity"] > 1 else logging.WARNING)
+        try:
+            scheduler.refresh_tasks()
+        except SchedulerError as exc:
+            raise CommandError(f"{exc.code}: {exc.message} {getattr(exc, 'errors', '')}") from None
+        runner = Runner(
+            node_id=options["node_id"],
+            workers=options["workers"],
+            tick_interval=options["tick_interval"],
+            lease_seconds=options["lease"],
+        )
+        signals_seen = 0
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            nonlocal signals_seen
+            signals_seen += 1
+            if signals_seen > 1:
+                os._exit(1)
+            runner.shutdown("shutdown")
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        runner.run(once=options["once"])

@@ -1,0 +1,34 @@
+"""manage.py scheduler_status: which runners are alive; exit 1 when none is (or --node-id is not)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from scheduler_app.conf import scheduler_settings
+from scheduler_app.models import Runner
+
+
+class Command(BaseCommand):
+    help = "List runners and fail when no runner (or the given one) has been seen within one lease."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--node-id", help="Check this runner only.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        horizon = timezone.now() - timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
+        runners = Runner.objects.all()
+        if options["node_id"]:
+            runners = runners.filter(node_id=options["node_id"])
+        alive = 0
+        for runner in runners:
+            is_alive = runner.stopped_at is None and runner.last_seen_at >= horizon
+            alive += is_alive
+            state = "alive" if is_alive else ("stopped" if runner.stopped_at else "silent")
+            self.stdout.write(f"{runner.node_id}\t{state}\tlast seen {runner.last_seen_at:%Y-%m-%dT%H:%M:%SZ}")
+        if not alive:
+            raise CommandError("no live runner")

@@ -1,0 +1,257 @@
+"""Task definitions, the execution journal, its events, the log projection and runners."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+
+OCCURRENCE_NAMESPACE = uuid.UUID("6f1c2a4e-5b7d-4c1e-9a3f-2d8e7b6c5a41")
+
+
+class Overlap(models.TextChoices):
+    SKIP = "skip", "Skip while busy"
+    BUFFER_ONE = "buffer_one", "Keep one waiting"
+
+
+class Task(models.Model):
+    """One task definition."""
+
+    id = models.CharField(primary_key=True, max_length=128)
+    name = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    cron = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=64, blank=True, help_text="IANA name; empty means UTC.")
+    enabled = models.BooleanField(default=True)
+    delete_after_run = models.BooleanField(default=False)
+    idempotent = models.BooleanField(default=False)
+    retry_max_attempts = models.PositiveSmallIntegerField(default=1)
+    retry_backoff = models.JSONField(default=list, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    handler = models.JSONField(null=True, blank=True)
+    max_concurrency = models.PositiveIntegerField(default=1)
+    overlap = models.CharField(max_length=16, choices=Overlap.choices, default=Overlap.SKIP)
+    misfire_grace_seconds = models.PositiveIntegerField(null=True, blank=True)
+    revision = models.PositiveIntegerField(default=1)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["enabled", "next_run_at"], name="scheduler_task_due")]
+
+    def __str__(self) -> str:
+        return self.id
+
+    def to_definition(self) -> dict[str, Any]:
+        """The definition dict of this task, in the shape register() accepts."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "description": self.description,
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "enabled": self.enabled,
+            "delete_after_run": self.delete_after_run,
+            "idempotent": self.idempotent,
+            "retry": {"max_attempts": self.retry_max_attempts, "backoff": list(self.retry_backoff)},
+            "params": self.params,
+            "handler": self.handler,
+            "max_concurrency": self.max_concurrency,
+            "overlap": self.overlap,
+            "misfire_grace_seconds": self.misfire_grace_seconds,
+        }
+
+    def backoff_before(self, attempt: int) -> float:
+        """Seconds to wait before ``attempt`` (2, 3, ...); the last backoff value repeats."""
+        backoff = self.retry_backoff or [0]
+        return float(backoff[min(attempt - 2, len(backoff) - 1)])
+
+
+class Status(models.TextChoices):
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    UNKNOWN = "unknown"
+    DISCARDED = "discarded"
+
+
+TERMINAL = (Status.SUCCESS, Status.FAILED, Status.INTERRUPTED, Status.DISCARDED)
+OCCUPYING = (Status.CLAIMED, Status.RUNNING, Status.UNKNOWN)
+LEASED = (Status.CLAIMED, Status.RUNNING)
+
+
+class TriggerType(models.TextChoices):
+    SCHEDULED = "scheduled"
+    MANUAL = "manual"
+
+
+class LogPersistence(models.TextChoices):
+    PENDING = "pending"
+    PERSISTED = "persisted"
+    UNCONFIRMED = "unconfirmed"
+
+
+def scheduled_occurrence_id(task_id: str, scheduled_for: datetime) -> uuid.UUID:
+    return uuid.uuid5(OCCURRENCE_NAMESPACE, f"{task_id}|{scheduled_for:%Y-%m-%dT%H:%MZ}")
+
+
+def manual_occurrence_id(task_id: str, idempotency_key: str | None) -> uuid.UUID:
+    if idempotency_key is None:
+        return uuid.uuid4()
+    return uuid.uuid5(OCCURRENCE_NAMESPACE, f"{task_id}|manual|{idempotency_key}")
+
+
+def log_id(occurrence_id: uuid.UUID, attempt: int) -> uuid.UUID:
+    return uuid.uuid5(occurrence_id, str(attempt))
+
+
+class ExecutionQuerySet(models.QuerySet):
+    def fenced(self, sequence: int, token: str) -> ExecutionQuerySet:
+        """The row a runner still owns: zero rows means its lease was lost."""
+        return self.filter(sequence=sequence, execution_token=token)
+
+    def due(self, now: datetime) -> ExecutionQuerySet:
+        return self.filter(status=Status.PENDING, due_at__lte=now)
+
+    def lease_expired(self, now: datetime) -> ExecutionQuerySet:
+        return self.filter(status__in=LEASED, lease_expires_at__lt=now)
+
+    def occupying(self) -> ExecutionQuerySet:
+        return self.filter(status__in=OCCUPYING)
+
+
+class Execution(models.Model):
+    """One occurrence of a task: the journal row."""
+
+    sequence = models.BigAutoField(primary_key=True)
+    occurrence_id = models.UUIDField(unique=True)
+    task_id = models.CharField(max_length=128)
+    task_revision = models.PositiveIntegerField(default=0)
+    trigger_type = models.CharField(max_length=16, choices=TriggerType.choices)
+    trigger_source = models.CharField(max_length=200, blank=True)
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)
+    payload_hash = models.CharField(max_length=64, blank=True)
+    scheduled_for = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField()
+    params = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempt = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveSmallIntegerField(default=1)
+    owner = models.CharField(max_length=200, blank=True)
+    execution_token = models.CharField(max_length=64, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    stop_requested = models.BooleanField(default=False)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+    log_persistence = models.CharField(
+        max_length=16, choices=LogPersistence.choices, default=LogPersistence.PENDING
+    )
+
+    objects = ExecutionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["task_id", "idempotency_key"], name="scheduler_execution_key"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "due_at"], name="scheduler_execution_due"),
+            models.Index(fields=["status", "lease_expires_at"], name="scheduler_execution_lease"),
+            models.Index(fields=["task_id", "status"], name="scheduler_execution_task"),
+        ]
+        permissions = [("resolve_unknown", "Can resolve executions in state unknown")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} {self.occurrence_id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+class ExecutionEvent(models.Model):
+    """One state change of an execution; terminal attempt events carry result and error."""
+
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    from_status = models.CharField(max_length=16, blank=True)
+    to_status = models.CharField(max_length=16)
+    reason = models.CharField(max_length=500, blank=True)
+    node = models.CharField(max_length=200, blank=True)
+    attempt = models.PositiveIntegerField(default=0)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.from_status or '-'} -> {self.to_status} ({self.reason})"
+
+
+class ExecutionLog(models.Model):
+    """One finished attempt, as users query it: a projection of the journal."""
+
+    id = models.UUIDField(primary_key=True)
+    occurrence_id = models.UUIDField(db_index=True)
+    task_id = models.CharField(max_length=128)
+    task_name = models.CharField(max_length=200, blank=True)
+    trigger_type = models.CharField(max_length=16, choices=TriggerType.choices)
+    trigger_source = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField()
+    duration_ms = models.PositiveBigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-finished_at", "-attempt"]
+        indexes = [
+            models.Index(fields=["task_id", "finished_at"], name="scheduler_log_task"),
+            models.Index(fields=["finished_at"], name="scheduler_log_finished"),
+            models.Index(fields=["started_at"], name="scheduler_log_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} attempt {self.attempt}: {self.status}"
+
+
+class Runner(models.Model):
+    """One live or past runner process."""
+
+    node_id = models.CharField(max_length=200, unique=True)
+    host = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    version = models.CharField(max_length=32)
+
+    class Meta:
+        ordering = ["-last_seen_at"]
+
+    def __str__(self) -> str:
+        return self.node_id
+
+
+class MaintenanceMark(models.Model):
+    """When a cluster-wide chore (log retention) last ran: a compare-and-set guard."""
+
+    name = models.CharField(primary_key=True, max_length=64)
+    last_run_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,164 @@
+"""Turning due cron minutes into occurrences: misfire grace, coalescing and overlap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count
+
+from scheduler_app import cron, journal
+from scheduler_app.conf import scheduler_settings
+from scheduler_app.models import (
+    OCCUPYING,
+    Execution,
+    Overlap,
+    Status,
+    Task,
+    TriggerType,
+    scheduled_occurrence_id,
+)
+
+BATCH = 500
+ONE_MICROSECOND = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one due task gets at ``now``."""
+
+    fire: datetime | None
+    missed: int
+    missed_first: datetime | None
+    missed_last: datetime | None
+    next_run_at: datetime
+
+
+def plan(task: Task, now: datetime, default_grace: int) -> Plan:
+    """Fire times since ``task.next_run_at``: the latest within grace runs, older ones are missed."""
+    assert task.next_run_at is not None
+    grace = task.misfire_grace_seconds if task.misfire_grace_seconds is not None else default_grace
+    cutoff = now - timedelta(seconds=grace)
+    start = task.next_run_at - ONE_MICROSECOND
+    within = cron.fire_times(task.cron, task.timezone, max(start, cutoff - ONE_MICROSECOND), now)
+    missed: list[datetime] = []
+    if start < cutoff - ONE_MICROSECOND:
+        missed = cron.fire_times(task.cron, task.timezone, start, cutoff - ONE_MICROSECOND)
+    return Plan(
+        fire=within[-1] if within else None,
+        missed=len(missed),
+        missed_first=missed[0] if missed else None,
+        missed_last=missed[-1] if missed else None,
+        next_run_at=cron.next_fire_time(task.cron, task.timezone, now),
+    )
+
+
+def _new_execution(task: Task, scheduled_for: datetime, now: datetime, status: str) -> Execution:
+    return Execution(
+        occurrence_id=scheduled_occurrence_id(task.id, scheduled_for),
+        task_id=task.id,
+        task_revision=task.revision,
+        trigger_type=TriggerType.SCHEDULED,
+        trigger_source="cron",
+        scheduled_for=scheduled_for,
+        due_at=scheduled_for,
+        params=dict(task.params),
+        status=status,
+        max_attempts=task.retry_max_attempts,
+        created_at=now,
+        updated_at=now,
+        finished_at=now if status == Status.INTERRUPTED else None,
+    )
+
+
+def _counts(task_ids: list[str], **filters: object) -> dict[str, int]:
+    rows = (
+        Execution.objects.filter(task_id__in=task_ids, **filters)
+        .values("task_id")
+        .annotate(n=Count("sequence"))
+        .values_list("task_id", "n")
+    )
+    return dict(rows)
+
+
+def _insert(executions: list[Execution]) -> list[Execution]:
+    """Insert new occurrences; the unique occurrence_id makes a repeated insert a no-op."""
+    try:
+        with transaction.atomic():
+            return Execution.objects.bulk_create(executions)
+    except IntegrityError:
+        created = []
+        for execution in executions:
+            try:
+                with transaction.atomic():
+                    execution.save(force_insert=True)
+            except IntegrityError:
+                continue
+            created.append(execution)
+        return created
+
+
+def schedule_due(now: datetime, node: str) -> list[tuple[Execution, str, str]]:
+    """Create the occurrences of every task due at ``now``; return (execution, task name, reason) created.
+
+    Task rows are locked with SKIP LOCKED, so each due task is planned by one
+    runner, and next_run_at moves forward in the same transaction.
+    """
+    created: list[tuple[Execution, str, str]] = []
+    while True:
+        batch = _schedule_batch(now, node)
+        created.extend(batch.created)
+        if batch.tasks < BATCH:
+            return created
+
+
+@dataclass
+class _Batch:
+    tasks: int
+    created: list[tuple[Execution, str, str]]
+
+
+def _schedule_batch(now: datetime, node: str) -> _Batch:
+    default_grace = int(scheduler_settings.MISFIRE_GRACE_SECONDS)
+    with transaction.atomic():
+        tasks = list(
+            Task.objects.select_for_update(skip_locked=True)
+            .filter(enabled=True, next_run_at__lte=now)
+            .order_by("next_run_at")[:BATCH]
+        )
+        if not tasks:
+            return _Batch(0, [])
+        ids = [task.id for task in tasks]
+        occupied = _counts(ids, status__in=OCCUPYING)
+        waiting = _counts(ids, status=Status.PENDING, trigger_type=TriggerType.SCHEDULED)
+        rows: list[tuple[Execution, str, str]] = []
+        for task in tasks:
+            step = plan(task, now, default_grace)
+            if step.missed and step.missed_first and step.missed_last:
+                reason = (
+                    f"misfire: missed {step.missed} fire time{'s' if step.missed != 1 else ''} between "
+                    f"{step.missed_first:%Y-%m-%dT%H:%MZ} and {step.missed_last:%Y-%m-%dT%H:%MZ}"
+                )
+                rows.append((_new_execution(task, step.missed_first, now, Status.INTERRUPTED), task.name, reason))
+            if step.fire is not None:
+                busy = occupied.get(task.id, 0) + waiting.get(task.id, 0)
+                room = task.max_concurrency + (1 if task.overlap == Overlap.BUFFER_ONE else 0)
+                if busy < room:
+                    rows.append((_new_execution(task, step.fire, now, Status.PENDING), task.name, "scheduled"))
+                    waiting[task.id] = waiting.get(task.id, 0) + 1
+                else:
+                    overlap = f"overlap: {task.max_concurrency} running or waiting, policy {task.overlap}"
+                    rows.append((_new_execution(task, step.fire, now, Status.INTERRUPTED), task.name, overlap))
+            task.next_run_at = step.next_run_at
+        for execution, _, reason in rows:
+            if execution.status == Status.INTERRUPTED:
+                execution.error = {"reason": reason.split(":", 1)[0], "message": reason}
+        Task.objects.bulk_update(tasks, ["next_run_at"])
+        inserted = {row.occurrence_id for row in _insert([execution for execution, _, _ in rows])}
+        created = [row for row in rows if row[0].occurrence_id in inserted]
+        journal.append(
+            journal.event(execution.sequence, now, "", execution.status, reason, node=node)
+            for execution, _, reason in created
+        )
+    return _Batch(len(tasks), created)

@@ -1,0 +1,406 @@
+"""The public Python API: definitions, triggers, logs and execution repairs.
+
+Every write happens here, in its own transaction; admin actions, API views and
+the management command call these functions and hold no business logic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from scheduler_app import cron, definitions, journal, logs, wakeup
+from scheduler_app.conf import scheduler_settings
+from scheduler_app.exceptions import (
+    Conflict,
+    ExecutionNotFound,
+    InvalidDefinition,
+    InvalidState,
+    SchedulerError,
+    StorageError,
+    TaskAlreadyExists,
+    TaskNotFound,
+)
+from scheduler_app.models import (
+    LEASED,
+    TERMINAL,
+    Execution,
+    ExecutionLog,
+    LogPersistence,
+    Status,
+    Task,
+    TriggerType,
+    manual_occurrence_id,
+)
+
+MAX_PAGE_SIZE = 500
+RESOLVABLE = (Status.SUCCESS, Status.DISCARDED)
+
+
+@contextmanager
+def storage_errors() -> Iterator[None]:
+    """Turn database failures into StorageError with a generic message."""
+    try:
+        yield
+    except SchedulerError:
+        raise
+    except DatabaseError as exc:
+        raise StorageError() from exc
+
+
+def payload_hash(params: dict[str, Any] | None) -> str:
+    canonical = json.dumps(params or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """One page of get_logs results."""
+
+    results: list[ExecutionLog]
+    count: int
+    page: int
+    page_size: int
+
+    @property
+    def has_next(self) -> bool:
+        return self.page * self.page_size < self.count
+
+
+class Executions:
+    """Operations on the execution journal: ``scheduler.executions``."""
+
+    def get(self, occurrence_id: Any) -> Execution:
+        with storage_errors():
+            try:
+                return Execution.objects.get(occurrence_id=_uuid(occurrence_id))
+            except Execution.DoesNotExist:
+                raise ExecutionNotFound() from None
+
+    def list_unknown(self) -> QuerySet[Execution]:
+        return Execution.objects.filter(status=Status.UNKNOWN).order_by("updated_at")
+
+    def list_log_failures(self) -> QuerySet[Execution]:
+        """Finished executions whose log rows are not confirmed written."""
+        return (
+            Execution.objects.exclude(log_persistence=LogPersistence.PERSISTED)
+            .filter(status__in=(*TERMINAL, Status.UNKNOWN))
+            .order_by("updated_at")
+        )
+
+    def repair_log(self, occurrence_id: Any) -> list[ExecutionLog]:
+        """Rebuild the log rows of one execution from its journal."""
+        execution = self.get(occurrence_id)
+        try:
+            return logs.repair(execution.occurrence_id)
+        except DatabaseError as exc:
+            with storage_errors():
+                Execution.objects.filter(sequence=execution.sequence).update(
+                    log_persistence=LogPersistence.UNCONFIRMED
+                )
+            raise StorageError("The log rows could not be rebuilt.") from exc
+
+    def resolve_unknown(
+        self, occurrence_id: Any, status: str, expected_updated_at: datetime, *, by: str = ""
+    ) -> Execution:
+        """Settle an unknown execution as success or discarded (compare-and-set on updated_at)."""
+        if status not in RESOLVABLE:
+            raise InvalidDefinition(errors={"status": ["Must be success or discarded."]})
+        if not isinstance(expected_updated_at, datetime):
+            raise InvalidDefinition(errors={"expected_updated_at": ["Must be a datetime."]})
+        execution = self.get(occurrence_id)
+        if execution.status != Status.UNKNOWN:
+            raise InvalidState("Only executions in state unknown can be resolved.")
+        now = timezone.now()
+        reason = f"resolved as {status}" + (f" by {by}" if by else "")
+        with storage_errors():
+            done = journal.transition(
+                execution.sequence,
+                Status.UNKNOWN,
+                status,
+                at=now,
+                reason=reason,
+                token=None,
+                node=by,
+                attempt=execution.attempt,
+                fields={"log_persistence": LogPersistence.PENDING},
+                extra_filter={"updated_at": expected_updated_at},
+            )
+        if not done:
+            current = self.get(occurrence_id)
+            if current.status != Status.UNKNOWN:
+                raise InvalidState("Only executions in state unknown can be resolved.")
+            raise Conflict("The execution changed since it was read; reload and try again.")
+        try:
+            logs.repair(execution.occurrence_id)
+        except DatabaseError:
+            pass
+        return self.get(occurrence_id)
+
+    def request_stop(self, occurrence_id: Any, *, by: str = "") -> Execution:
+        """Stop an execution: pending ones end now, running ones within one lease renewal."""
+        execution = self.get(occurrence_id)
+        now = timezone.now()
+        reason = "stop requested" + (f" by {by}" if by else "")
+        with storage_errors():
+            if execution.status == Status.PENDING:
+                error = {"reason": "stop requested", "message": reason}
+                if journal.transition(
+                    execution.sequence, Status.PENDING, Status.INTERRUPTED, at=now, reason=reason, token=None,
+                    node=by, attempt=execution.attempt,
+                    fields={"finished_at": now, "error": error, "log_persistence": LogPersistence.PENDING},
+                    error=error,
+                ):
+                    try:
+                        logs.repair(execution.occurrence_id)
+                    except DatabaseError:
+                        pass
+                    return self.get(occurrence_id)
+                execution = self.get(occurrence_id)
+            if execution.status in LEASED:
+                Execution.objects.filter(sequence=execution.sequence, status__in=LEASED).update(
+                    stop_requested=True, updated_at=now
+                )
+                return self.get(occurrence_id)
+        raise InvalidState("Only pending, claimed or running executions can be stopped.")
+
+
+class Scheduler:
+    """``from scheduler_app import scheduler``: the whole public Python API."""
+
+    def __init__(self) -> None:
+        self.executions = Executions()
+
+    # -- definitions ------------------------------------------------------------
+
+    def register(self, definition: dict[str, Any]) -> Task:
+        values = definitions.validate_definition(definition)
+        now = timezone.now()
+        task = Task(**values)
+        task.next_run_at = cron.next_fire_time(task.cron, task.timezone, now)
+        with storage_errors():
+            try:
+                with transaction.atomic():
+                    task.save(force_insert=True)
+            except IntegrityError:
+                raise TaskAlreadyExists() from None
+        return task
+
+    def update_task(self, task_id: str, **changes: Any) -> Task:
+        data = dict(changes)
+        with storage_errors(), transaction.atomic():
+            try:
+                task = Task.objects.select_for_update().get(id=task_id)
+            except Task.DoesNotExist:
+                raise TaskNotFound() from None
+            if "timezone" in data and "cron" not in data:
+                data["cron"] = task.cron
+            values = definitions.validate_changes(data)
+            if "cron" in changes and "timezone" not in changes:
+                definitions.raise_if_errors(_cron_errors(values["cron"], task.timezone))
+            for field, value in values.items():
+                setattr(task, field, value)
+            if task.timezone is None:
+                task.timezone = ""
+            task.revision += 1
+            task.next_run_at = cron.next_fire_time(task.cron, task.timezone, timezone.now())
+            task.save()
+        return task
+
+    def unregister(self, task_id: str) -> None:
+        with storage_errors():
+            deleted, _ = Task.objects.filter(id=task_id).delete()
+        if not deleted:
+            raise TaskNotFound()
+
+    def refresh_tasks(self) -> list[Task]:
+        """Sync SCHEDULER_APP["TASKS"] into the database; all or nothing."""
+        declared = validate_declared_tasks(scheduler_settings.TASKS)
+        synced = []
+        with storage_errors(), transaction.atomic():
+            for definition in declared:
+                existing = Task.objects.filter(id=definition["id"]).first()
+                if existing is None:
+                    synced.append(self.register(definition))
+                    continue
+                current = existing.to_definition()
+                wanted = {**current, **{k: v for k, v in definition.items()}}
+                if "retry" in definition:
+                    wanted["retry"] = _retry_shape(definition["retry"])
+                changes = {k: wanted[k] for k in wanted if k != "id" and wanted[k] != current[k]}
+                synced.append(self.update_task(existing.id, **changes) if changes else existing)
+        return synced
+
+    # -- executions ------------------------------------------------------------
+
+    def trigger(
+        self,
+        task_id: str,
+        source: str | None = None,
+        idempotency_key: str | None = None,
+        params: dict[str, Any] | None = None,
+        wait: float | None = None,
+    ) -> Execution:
+        """Create a manual execution (idempotent per key); optionally wait for its end."""
+        errors: dict[str, list[str]] = {}
+        if params is not None and (not isinstance(params, dict) or not definitions._is_json(params)):
+            errors["params"] = ["Must be a JSON object."]
+        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= 128):
+            errors["idempotency_key"] = ["Must be 1-128 characters."]
+        if source is not None and (not isinstance(source, str) or len(source) > 200):
+            errors["source"] = ["Must be a string of at most 200 characters."]
+        if wait is not None and (not isinstance(wait, (int, float)) or wait < 0 or wait > 3600):
+            errors["wait"] = ["Must be a number of seconds from 0 to 3600."]
+        if errors:
+            raise InvalidDefinition("The trigger is invalid.", errors=errors)
+        digest = payload_hash(params)
+        occurrence_id = manual_occurrence_id(task_id, idempotency_key)
+        with storage_errors():
+            task = Task.objects.filter(id=task_id).first()
+            if task is None:
+                raise TaskNotFound()
+            now = timezone.now()
+            execution = Execution(
+                occurrence_id=occurrence_id,
+                task_id=task.id,
+                task_revision=task.revision,
+                trigger_type=TriggerType.MANUAL,
+                trigger_source=source or "",
+                idempotency_key=idempotency_key,
+                payload_hash=digest,
+                due_at=now,
+                params={**task.params, **(params or {})},
+                max_attempts=task.retry_max_attempts,
+                created_at=now,
+                updated_at=now,
+            )
+            try:
+                with transaction.atomic():
+                    execution.save(force_insert=True)
+                    reason = f"triggered by {source}" if source else "triggered"
+                    journal.append([journal.event(execution.sequence, now, "", Status.PENDING, reason)])
+            except IntegrityError:
+                existing = Execution.objects.filter(occurrence_id=occurrence_id).first()
+                if existing is None:
+                    raise
+                if existing.payload_hash != digest:
+                    raise Conflict("This idempotency key was used with other params.") from None
+                execution = existing
+            else:
+                wakeup.notify()
+        if wait:
+            execution = self._wait(execution, wait)
+        return execution
+
+    def _wait(self, execution: Execution, seconds: float) -> Execution:
+        deadline = time.monotonic() + seconds
+        pause = 0.01
+        while True:
+            execution.refresh_from_db()
+            if execution.status in TERMINAL or execution.status == Status.UNKNOWN:
+                return execution
+            if time.monotonic() >= deadline:
+                return execution
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.25)
+
+    def get_logs(
+        self,
+        task_id: str | None = None,
+        status: str | None = None,
+        trigger_type: str | None = None,
+        trigger_source: str | None = None,
+        started_after: datetime | None = None,
+        started_before: datetime | None = None,
+        page: int = 1,
+        page_size: int = 20,
+    ) -> LogPage:
+        errors: dict[str, list[str]] = {}
+        if status is not None and status not in Status.values:
+            errors["status"] = [f"Must be one of: {', '.join(Status.values)}."]
+        if trigger_type is not None and trigger_type not in TriggerType.values:
+            errors["trigger_type"] = [f"Must be one of: {', '.join(TriggerType.values)}."]
+        for name, value in (("started_after", started_after), ("started_before", started_before)):
+            if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+                errors[name] = ["Must be a timezone-aware datetime."]
+        if not isinstance(page, int) or isinstance(page, bool) or page < 1:
+            errors["page"] = ["Must be a positive integer."]
+        if not isinstance(page_size, int) or isinstance(page_size, bool) or not 1 <= page_size <= MAX_PAGE_SIZE:
+            errors["page_size"] = [f"Must be an integer from 1 to {MAX_PAGE_SIZE}."]
+        if errors:
+            raise InvalidDefinition("The log query is invalid.", errors=errors)
+        rows = ExecutionLog.objects.using(logs.log_alias()).all()
+        filters = {
+            "task_id": task_id,
+            "status": status,
+            "trigger_type": trigger_type,
+            "trigger_source": trigger_source,
+            "started_at__gte": started_after,
+            "started_at__lt": started_before,
+        }
+        rows = rows.filter(**{key: value for key, value in filters.items() if value is not None})
+        with storage_errors():
+            count = rows.count()
+            start = (page - 1) * page_size
+            results = list(rows.order_by("-finished_at", "-attempt")[start : start + page_size])
+        return LogPage(results=results, count=count, page=page, page_size=page_size)
+
+
+def _uuid(value: Any) -> Any:
+    import uuid
+
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise ExecutionNotFound() from None
+
+
+def _retry_shape(retry: Any) -> dict[str, Any]:
+    attempts, backoff = definitions.normalise_retry(retry, {})
+    return {"max_attempts": attempts, "backoff": backoff}
+
+
+def _cron_errors(expression: str, zone: str) -> dict[str, list[str]]:
+    from scheduler_app.exceptions import InvalidCron
+
+    try:
+        cron.validate(expression, zone)
+    except InvalidCron as exc:
+        return exc.errors
+    return {}
+
+
+def validate_declared_tasks(declared: Any) -> list[dict[str, Any]]:
+    """Check SCHEDULER_APP["TASKS"]: a list of valid definitions with unique ids."""
+    if not isinstance(declared, (list, tuple)):
+        raise InvalidDefinition("SCHEDULER_APP['TASKS'] must be a list of definitions.", errors={"TASKS": ["Must be a list."]})
+    errors: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for index, definition in enumerate(declared):
+        try:
+            definitions.validate_definition(definition)
+        except InvalidDefinition as exc:
+            for field, messages in exc.errors.items():
+                errors.setdefault(f"TASKS[{index}].{field}" if field else f"TASKS[{index}]", []).extend(messages)
+            continue
+        if definition["id"] in seen:
+            errors.setdefault(f"TASKS[{index}].id", []).append(f"Duplicate id {definition['id']!r}.")
+        seen.add(definition["id"])
+    if errors:
+        raise InvalidDefinition("SCHEDULER_APP['TASKS'] has invalid definitions.", errors=errors)
+    return list(declared)
+
+
+scheduler = Scheduler()

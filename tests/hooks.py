@@ -1,0 +1,44 @@
+"""Hooks the tests configure: side effects go to a file per process, or to memory."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from scheduler_app.events import TaskEvent
+from scheduler_app.exceptions import TaskSkipped
+
+CALLS: list[TaskEvent] = []
+_lock = threading.Lock()
+
+
+def _append_line(event: TaskEvent) -> None:
+    folder = os.environ.get("SCHEDULER_SIDE_EFFECTS")
+    if not folder:
+        return
+    path = os.path.join(folder, f"{os.getpid()}.log")
+    with _lock, open(path, "a") as handle:
+        handle.write(f"{event.context.task_id},{event.context.occurrence_id},{event.context.attempt}\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def on_task_execute(event: TaskEvent) -> Any:
+    """Behaviour from params: record, then maybe fail, skip, block or return a value."""
+    params = event.context.params
+    with _lock:
+        CALLS.append(event)
+    _append_line(event)
+    if params.get("block"):
+        # Blocks until cancelled, or for block seconds when the task ignores cancellation.
+        if params.get("ignore_cancel"):
+            time.sleep(float(params["block"]))
+        else:
+            event.cancelled.wait(float(params["block"]))
+    if params.get("fail"):
+        raise RuntimeError(params.get("fail_message", "boom"))
+    if params.get("skip"):
+        raise TaskSkipped("skipped on purpose")
+    return params.get("result", {"ok": True, "attempt": event.context.attempt})
