@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["scheduler", "TaskSkipped", "__version__"]
+__all__ = ["TaskSkipped", "__version__", "scheduler"]
 
 from scheduler_app.exceptions import TaskSkipped
 

@@ -51,7 +51,15 @@ class ExecutionAdmin(ReadOnlyAdmin):
 
 @admin.register(ExecutionLog)
 class ExecutionLogAdmin(ReadOnlyAdmin):
-    list_display = ("task_id", "status", "attempt", "trigger_type", "started_at", "finished_at", "duration_ms")
+    list_display = (
+        "task_id",
+        "status",
+        "attempt",
+        "trigger_type",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+    )
     list_filter = ("status", "trigger_type")
     search_fields = ("task_id",)
 

@@ -73,14 +73,22 @@ def call_handler(event: TaskEvent) -> Outcome:
         result = handler.run(event)
         json.dumps(result, allow_nan=False)
     except TaskSkipped as exc:
-        return Outcome(Status.INTERRUPTED, "skipped by the task", error={"reason": "skipped", "message": exc.message[:500]})
+        return Outcome(
+            Status.INTERRUPTED,
+            "skipped by the task",
+            error={"reason": "skipped", "message": exc.message[:500]},
+        )
     except MissingHandler as exc:
-        return Outcome(Status.INTERRUPTED, "missing handler", error={"reason": "missing handler", "message": str(exc)})
+        return Outcome(
+            Status.INTERRUPTED, "missing handler", error={"reason": "missing handler", "message": str(exc)}
+        )
     except HandlerError as exc:
         return Outcome(Status.FAILED, "failed", error={"code": exc.code, "message": exc.message[:1000]})
     except (TypeError, ValueError) as exc:
         if "JSON" in str(exc) or "serializable" in str(exc):
-            return Outcome(Status.FAILED, "failed", error={"code": failure_code, "message": "The result is not JSON."})
+            return Outcome(
+                Status.FAILED, "failed", error={"code": failure_code, "message": "The result is not JSON."}
+            )
         logger.exception("attempt of %s failed", event.context.occurrence_id)
         return Outcome(Status.FAILED, "failed", error={"code": failure_code, "message": safe_message(exc)})
     except Exception as exc:
@@ -96,17 +104,35 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
     now = clock.now()
     if attempt.cancelled.is_set():
         journal.transition(
-            execution.sequence, Status.CLAIMED, Status.PENDING, at=now, token=token, node=node, attempt=number,
+            execution.sequence,
+            Status.CLAIMED,
+            Status.PENDING,
+            at=now,
+            token=token,
+            node=node,
+            attempt=number,
             reason=f"released before start: {attempt.cancel_reason}",
             fields={"owner": "", "execution_token": "", "lease_expires_at": None, "attempt": number - 1},
         )
         return
     started = journal.transition(
-        execution.sequence, Status.CLAIMED, Status.RUNNING, at=now, token=token, node=node, attempt=number,
-        reason="started", fields={"started_at": now}, extra_filter={"stop_requested": False},
+        execution.sequence,
+        Status.CLAIMED,
+        Status.RUNNING,
+        at=now,
+        token=token,
+        node=node,
+        attempt=number,
+        reason="started",
+        fields={"started_at": now},
+        extra_filter={"stop_requested": False},
     )
     if not started:
-        stop = Outcome(Status.INTERRUPTED, "stop requested", error={"reason": "stop requested", "message": "stop requested"})
+        stop = Outcome(
+            Status.INTERRUPTED,
+            "stop requested",
+            error={"reason": "stop requested", "message": "stop requested"},
+        )
         _finish(attempt, node, clock, stop, from_status=Status.CLAIMED)
         return
     execution.started_at = now
@@ -128,9 +154,10 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
             return
         reason = attempt.cancel_reason
         outcome = Outcome(Status.INTERRUPTED, reason, error={"reason": "cancelled", "message": reason})
-    if _finish(attempt, node, clock, outcome, from_status=Status.RUNNING, event=event):
-        if outcome.status == Status.SUCCESS and task.delete_after_run:
-            Task.objects.filter(id=task.id, revision=task.revision).delete()
+    finished = _finish(attempt, node, clock, outcome, from_status=Status.RUNNING, event=event)
+    if finished and outcome.status == Status.SUCCESS and task.delete_after_run:
+        # Matching the revision spares a definition updated while the attempt ran.
+        Task.objects.filter(id=task.id, revision=task.revision).delete()
 
 
 def _finish(
@@ -148,7 +175,8 @@ def _finish(
     retry = outcome.status == Status.FAILED and number < execution.max_attempts
     if retry:
         delay = task.backoff_before(number + 1)
-        to_status, log_status = Status.PENDING, Status.FAILED
+        to_status: str = Status.PENDING
+        log_status: str = Status.FAILED
         reason = f"retry in {delay:g}s (attempt {number + 1} of {execution.max_attempts})"
         fields: dict[str, Any] = {
             "due_at": now + timedelta(seconds=delay),
@@ -171,8 +199,17 @@ def _finish(
     try:
         with transaction.atomic():
             done = journal.transition(
-                execution.sequence, from_status, to_status, at=now, token=token, node=node, attempt=number,
-                reason=reason, fields=fields, result=outcome.result, error=outcome.error,
+                execution.sequence,
+                from_status,
+                to_status,
+                at=now,
+                token=token,
+                node=node,
+                attempt=number,
+                reason=reason,
+                fields=fields,
+                result=outcome.result,
+                error=outcome.error,
             )
     except DatabaseLibraryError:
         logger.warning("could not record the outcome of %s; its lease will expire", execution.occurrence_id)

@@ -24,7 +24,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages: list[CheckMessage] = []
     user = getattr(settings, "SCHEDULER_APP", {})
     if not isinstance(user, dict):
-        return [Error("SCHEDULER_APP must be a dict.", hint="Set SCHEDULER_APP = {...}.", id="scheduler_app.E001")]
+        return [
+            Error("SCHEDULER_APP must be a dict.", hint="Set SCHEDULER_APP = {...}.", id="scheduler_app.E001")
+        ]
     unknown = sorted(set(user) - set(DEFAULTS))
     if unknown:
         messages.append(
@@ -37,16 +39,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     for name in POSITIVE_NUMBERS:
         value = getattr(scheduler_settings, name)
         if not _is_number(value) or value <= 0:
-            messages.append(Error(f"SCHEDULER_APP['{name}'] must be a positive number.", id="scheduler_app.E001"))
+            messages.append(
+                Error(f"SCHEDULER_APP['{name}'] must be a positive number.", id="scheduler_app.E001")
+            )
     if not isinstance(scheduler_settings.WORKERS, int) or isinstance(scheduler_settings.WORKERS, bool):
         messages.append(Error("SCHEDULER_APP['WORKERS'] must be an integer.", id="scheduler_app.E001"))
     grace = scheduler_settings.MISFIRE_GRACE_SECONDS
     if not _is_number(grace) or grace < 0:
-        messages.append(Error("SCHEDULER_APP['MISFIRE_GRACE_SECONDS'] must be a number >= 0.", id="scheduler_app.E001"))
+        messages.append(
+            Error("SCHEDULER_APP['MISFIRE_GRACE_SECONDS'] must be a number >= 0.", id="scheduler_app.E001")
+        )
     for name in OPTIONAL_POSITIVE_INTS:
         value = getattr(scheduler_settings, name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            messages.append(Error(f"SCHEDULER_APP['{name}'] must be None or a positive integer.", id="scheduler_app.E001"))
+            messages.append(
+                Error(f"SCHEDULER_APP['{name}'] must be None or a positive integer.", id="scheduler_app.E001")
+            )
     messages.extend(_check_tasks())
     messages.extend(_check_paths())
     if scheduler_settings.LOG_DATABASE not in settings.DATABASES:

@@ -7,10 +7,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, F
+from django.db.models import Count
 
 from scheduler_app import cron, journal
-from scheduler_app.models import OCCUPYING, Execution, ExecutionEvent, LogPersistence, Status, Task, TriggerType
+from scheduler_app.models import (
+    OCCUPYING,
+    Execution,
+    ExecutionEvent,
+    LogPersistence,
+    Status,
+    Task,
+    TriggerType,
+)
 
 OVERFETCH = 4
 
@@ -52,7 +60,9 @@ def _why_not_runnable(execution: Execution, task: Task | None) -> str | None:
     if execution.trigger_type == TriggerType.SCHEDULED:
         if not task.enabled:
             return "task disabled"
-        if execution.scheduled_for is None or not cron.matches(task.cron, task.timezone, execution.scheduled_for):
+        if execution.scheduled_for is None or not cron.matches(
+            task.cron, task.timezone, execution.scheduled_for
+        ):
             return "rescheduled: the occurrence no longer matches the cron expression"
     return None
 
@@ -74,7 +84,9 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
         if not candidates:
             return [], []
         task_ids = {row.task_id for row in candidates}
-        tasks = {task.id: task for task in Task.objects.select_for_update(skip_locked=True).filter(id__in=task_ids)}
+        tasks = {
+            task.id: task for task in Task.objects.select_for_update(skip_locked=True).filter(id__in=task_ids)
+        }
         existing = set(Task.objects.filter(id__in=task_ids - set(tasks)).values_list("id", flat=True))
         busy = dict(
             Execution.objects.filter(task_id__in=list(tasks), status__in=OCCUPYING)
@@ -98,7 +110,17 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
                 if Execution.objects.filter(sequence=row.sequence, status=Status.PENDING).update(
                     status=Status.INTERRUPTED, updated_at=now, **fields
                 ):
-                    events.append(journal.event(row.sequence, now, Status.PENDING, Status.INTERRUPTED, reason, node=node, attempt=row.attempt))
+                    events.append(
+                        journal.event(
+                            row.sequence,
+                            now,
+                            Status.PENDING,
+                            Status.INTERRUPTED,
+                            reason,
+                            node=node,
+                            attempt=row.attempt,
+                        )
+                    )
                     row.status, row.updated_at = Status.INTERRUPTED, now
                     row.finished_at, row.error = fields["finished_at"], fields["error"]
                     ended.append(Ended(row, task.name if task else row.task_id, Status.INTERRUPTED))
@@ -121,8 +143,17 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
                 continue
             free[task.id] -= 1
             row.status, row.owner, row.execution_token = Status.CLAIMED, node, token
-            row.lease_expires_at, row.attempt, row.task_revision, row.updated_at = lease_until, attempt, task.revision, now
-            events.append(journal.event(row.sequence, now, Status.PENDING, Status.CLAIMED, "claimed", node=node, attempt=attempt))
+            row.lease_expires_at, row.attempt, row.task_revision, row.updated_at = (
+                lease_until,
+                attempt,
+                task.revision,
+                now,
+            )
+            events.append(
+                journal.event(
+                    row.sequence, now, Status.PENDING, Status.CLAIMED, "claimed", node=node, attempt=attempt
+                )
+            )
             claims.append(Claim(row, task, token))
         journal.append(events)
     return claims, ended
@@ -155,7 +186,9 @@ def recover_expired(now: datetime, node: str, batch: int = 100) -> list[Ended]:
             else:
                 to_status, reason = Status.UNKNOWN, "lease expired while running; outcome unknown"
                 fields = {**released, "finished_at": now}
-            lease_error = {"reason": "lease expired", "message": reason} if row.status == Status.RUNNING else None
+            lease_error = (
+                {"reason": "lease expired", "message": reason} if row.status == Status.RUNNING else None
+            )
             if to_status == Status.UNKNOWN:
                 fields["error"] = lease_error
             moved = Execution.objects.filter(
@@ -165,7 +198,14 @@ def recover_expired(now: datetime, node: str, batch: int = 100) -> list[Ended]:
                 continue
             events.append(
                 journal.event(
-                    row.sequence, now, row.status, to_status, reason, node=node, attempt=row.attempt, error=lease_error
+                    row.sequence,
+                    now,
+                    row.status,
+                    to_status,
+                    reason,
+                    node=node,
+                    attempt=row.attempt,
+                    error=lease_error,
                 )
             )
             if row.status == Status.RUNNING:

@@ -69,7 +69,9 @@ def drop_broken_connections() -> None:
         if connection.connection is None or connection.in_atomic_block:
             continue
         max_age = connection.settings_dict.get("CONN_MAX_AGE") or 0
-        expired = bool(max_age) and connection.close_at is not None and time.monotonic() >= connection.close_at
+        expired = (
+            bool(max_age) and connection.close_at is not None and time.monotonic() >= connection.close_at
+        )
         if expired or (connection.errors_occurred and not connection.is_usable()):
             connection.close()
         else:

@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, InterfaceError
@@ -18,7 +19,9 @@ from scheduler_app import claims, db, logs, scheduling, wakeup
 from scheduler_app.attempt import Attempt, run_attempt
 from scheduler_app.clock import Clock, DatabaseClock
 from scheduler_app.conf import scheduler_settings
-from scheduler_app.models import LEASED, Execution, Runner as RunnerRecord, Status
+from scheduler_app.exceptions import StorageError
+from scheduler_app.models import LEASED, Execution, Status
+from scheduler_app.models import Runner as RunnerRecord
 
 logger = logging.getLogger("scheduler_app")
 
@@ -37,7 +40,8 @@ class WorkerPool:
         self._queue: queue.Queue[Attempt | None] = queue.Queue()
         self._work = work
         self._threads = [
-            threading.Thread(target=self._loop, name=f"scheduler-worker-{i}", daemon=True) for i in range(size)
+            threading.Thread(target=self._loop, name=f"scheduler-worker-{i}", daemon=True)
+            for i in range(size)
         ]
         for thread in self._threads:
             thread.start()
@@ -78,9 +82,15 @@ class Runner:
     ) -> None:
         self.node_id = node_id or scheduler_settings.NODE_ID or default_node_id()
         self.workers = int(workers if workers is not None else scheduler_settings.WORKERS)
-        self.tick_interval = float(tick_interval if tick_interval is not None else scheduler_settings.TICK_INTERVAL)
-        self.lease_seconds = float(lease_seconds if lease_seconds is not None else scheduler_settings.LEASE_SECONDS)
-        self.drain_seconds = float(drain_seconds if drain_seconds is not None else scheduler_settings.DRAIN_SECONDS)
+        self.tick_interval = float(
+            tick_interval if tick_interval is not None else scheduler_settings.TICK_INTERVAL
+        )
+        self.lease_seconds = float(
+            lease_seconds if lease_seconds is not None else scheduler_settings.LEASE_SECONDS
+        )
+        self.drain_seconds = float(
+            drain_seconds if drain_seconds is not None else scheduler_settings.DRAIN_SECONDS
+        )
         self.clock: Clock = clock or DatabaseClock()
         self.in_flight: dict[int, Attempt] = {}
         self._lock = threading.Lock()
@@ -90,15 +100,17 @@ class Runner:
         self._listener: wakeup.Listener | None = None
         self._last_renewal = 0.0
         self._last_prune = 0.0
-        self._record: RunnerRecord | None = None
         self.inline = inline
 
     # -- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
-        """Record this runner and start its workers (and the Redis listener when configured)."""
+        """Sync TASKS from settings, record this runner and start its workers."""
+        from scheduler_app.services import scheduler
+
+        scheduler.refresh_tasks()
         now = self.clock.now()
-        self._record, _ = RunnerRecord.objects.update_or_create(
+        RunnerRecord.objects.update_or_create(
             node_id=self.node_id,
             defaults={
                 "host": socket.gethostname()[:200],
@@ -115,9 +127,25 @@ class Runner:
         self._listener = wakeup.Listener.start_if_configured(self._wake)
         logger.info("runner %s started with %s workers", self.node_id, self.workers)
 
+    def _start_when_database_is_up(self) -> bool:
+        """Start, retrying with backoff while the database is unreachable; False if shut down first."""
+        backoff = 1.0
+        while not self._stopping.is_set():
+            try:
+                self.start()
+                return True
+            except (StorageError, *DATABASE_ERRORS):
+                logger.warning("database unavailable at start; next try in %.1fs", backoff)
+                db.drop_broken_connections()
+                self._wake.wait(backoff)
+                backoff = min(MAX_BACKOFF, backoff * 2)
+        return False
+
     def run(self, *, once: bool = False) -> None:
         """Tick until shutdown() (or once, then drain)."""
-        self.start()
+        if not self._start_when_database_is_up():
+            self.stop()
+            return
         backoff = 0.0
         try:
             while not self._stopping.is_set():
@@ -125,6 +153,7 @@ class Runner:
                     self.tick()
                     backoff = 0.0
                 except DATABASE_ERRORS:
+                    db.drop_broken_connections()
                     backoff = min(MAX_BACKOFF, max(self.tick_interval, backoff * 2 or 1.0))
                     logger.warning("database unavailable; next try in %.1fs", backoff)
                 if once:
@@ -152,12 +181,10 @@ class Runner:
             drained = self._pool.stop(self.drain_seconds)
             if not drained:
                 logger.warning("drain timed out with %s attempts in flight", len(self.in_flight))
-        try:
+        with suppress(*DATABASE_ERRORS):
             RunnerRecord.objects.filter(node_id=self.node_id).update(
                 stopped_at=self.clock.now(), last_seen_at=self.clock.now()
             )
-        except DATABASE_ERRORS:
-            pass
         db.close_thread_connections()
 
     def wait_idle(self, timeout: float) -> bool:
@@ -262,7 +289,14 @@ class Runner:
     def _write_log(self, execution: Execution, task_name: str, status: str) -> None:
         finished = execution.finished_at or self.clock.now()
         log = logs.build_log(
-            execution, task_name, execution.attempt, status, execution.started_at, finished, None, execution.error
+            execution,
+            task_name,
+            execution.attempt,
+            status,
+            execution.started_at,
+            finished,
+            None,
+            execution.error,
         )
         logs.write_and_confirm(execution, [log])
 

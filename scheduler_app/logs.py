@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
@@ -47,7 +48,13 @@ def log_alias() -> str:
 
 def attempt_status(event: ExecutionEvent) -> str | None:
     """The status a log row shows for the attempt this event ends, or None."""
-    if event.to_status in (Status.SUCCESS, Status.FAILED, Status.INTERRUPTED, Status.UNKNOWN, Status.DISCARDED):
+    if event.to_status in (
+        Status.SUCCESS,
+        Status.FAILED,
+        Status.INTERRUPTED,
+        Status.UNKNOWN,
+        Status.DISCARDED,
+    ):
         return event.to_status
     if event.from_status == Status.RUNNING and event.to_status == Status.PENDING:
         return Status.FAILED if event.error and event.reason.startswith("retry") else Status.UNKNOWN
@@ -128,7 +135,7 @@ def write_and_confirm(execution: Execution, rows: Sequence[ExecutionLog]) -> boo
     return True
 
 
-def repair(occurrence_id: object) -> list[ExecutionLog]:
+def repair(occurrence_id: uuid.UUID) -> list[ExecutionLog]:
     """Rebuild one execution's log rows from its journal; serialised per execution."""
     with transaction.atomic():
         execution = Execution.objects.select_for_update().get(occurrence_id=occurrence_id)
@@ -154,7 +161,9 @@ def prune(now: datetime) -> int:
     days = scheduler_settings.RETENTION_DAYS
     if not max_logs and not days:
         return 0
-    MaintenanceMark.objects.get_or_create(name=RETENTION_MARK, defaults={"last_run_at": now - RETENTION_EVERY})
+    MaintenanceMark.objects.get_or_create(
+        name=RETENTION_MARK, defaults={"last_run_at": now - RETENTION_EVERY}
+    )
     won = MaintenanceMark.objects.filter(name=RETENTION_MARK, last_run_at__lte=now - RETENTION_EVERY).update(
         last_run_at=now
     )
@@ -165,7 +174,9 @@ def prune(now: datetime) -> int:
     if days:
         deleted += logs.filter(finished_at__lt=now - timedelta(days=days)).delete()[0]
     if max_logs:
-        boundary = list(logs.order_by("-finished_at", "-id").values_list("finished_at", "id")[max_logs : max_logs + 1])
+        boundary = list(
+            logs.order_by("-finished_at", "-id").values_list("finished_at", "id")[max_logs : max_logs + 1]
+        )
         if boundary:
             finished_at, oldest_kept = boundary[0]
             deleted += logs.filter(finished_at__lt=finished_at).delete()[0]

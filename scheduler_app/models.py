@@ -136,7 +136,8 @@ class Execution(models.Model):
     task_revision = models.PositiveIntegerField(default=0)
     trigger_type = models.CharField(max_length=16, choices=TriggerType.choices)
     trigger_source = models.CharField(max_length=200, blank=True)
-    idempotency_key = models.CharField(max_length=128, null=True, blank=True)
+    # NULL, not "", so that keyless triggers never collide in the unique constraint.
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     payload_hash = models.CharField(max_length=64, blank=True)
     scheduled_for = models.DateTimeField(null=True, blank=True)
     due_at = models.DateTimeField()

@@ -140,16 +140,22 @@ def _schedule_batch(now: datetime, node: str) -> _Batch:
                     f"misfire: missed {step.missed} fire time{'s' if step.missed != 1 else ''} between "
                     f"{step.missed_first:%Y-%m-%dT%H:%MZ} and {step.missed_last:%Y-%m-%dT%H:%MZ}"
                 )
-                rows.append((_new_execution(task, step.missed_first, now, Status.INTERRUPTED), task.name, reason))
+                rows.append(
+                    (_new_execution(task, step.missed_first, now, Status.INTERRUPTED), task.name, reason)
+                )
             if step.fire is not None:
                 busy = occupied.get(task.id, 0) + waiting.get(task.id, 0)
                 room = task.max_concurrency + (1 if task.overlap == Overlap.BUFFER_ONE else 0)
                 if busy < room:
-                    rows.append((_new_execution(task, step.fire, now, Status.PENDING), task.name, "scheduled"))
+                    rows.append(
+                        (_new_execution(task, step.fire, now, Status.PENDING), task.name, "scheduled")
+                    )
                     waiting[task.id] = waiting.get(task.id, 0) + 1
                 else:
                     overlap = f"overlap: {task.max_concurrency} running or waiting, policy {task.overlap}"
-                    rows.append((_new_execution(task, step.fire, now, Status.INTERRUPTED), task.name, overlap))
+                    rows.append(
+                        (_new_execution(task, step.fire, now, Status.INTERRUPTED), task.name, overlap)
+                    )
             task.next_run_at = step.next_run_at
         for execution, _, reason in rows:
             if execution.status == Status.INTERRUPTED:

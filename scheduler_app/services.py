@@ -10,7 +10,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -141,10 +141,7 @@ class Executions:
             if current.status != Status.UNKNOWN:
                 raise InvalidState("Only executions in state unknown can be resolved.")
             raise Conflict("The execution changed since it was read; reload and try again.")
-        try:
-            logs.repair(execution.occurrence_id)
-        except DatabaseError:
-            pass
+        _refresh_logs(execution.occurrence_id)
         return self.get(occurrence_id)
 
     def request_stop(self, occurrence_id: Any, *, by: str = "") -> Execution:
@@ -156,15 +153,18 @@ class Executions:
             if execution.status == Status.PENDING:
                 error = {"reason": "stop requested", "message": reason}
                 if journal.transition(
-                    execution.sequence, Status.PENDING, Status.INTERRUPTED, at=now, reason=reason, token=None,
-                    node=by, attempt=execution.attempt,
+                    execution.sequence,
+                    Status.PENDING,
+                    Status.INTERRUPTED,
+                    at=now,
+                    reason=reason,
+                    token=None,
+                    node=by,
+                    attempt=execution.attempt,
                     fields={"finished_at": now, "error": error, "log_persistence": LogPersistence.PENDING},
                     error=error,
                 ):
-                    try:
-                        logs.repair(execution.occurrence_id)
-                    except DatabaseError:
-                        pass
+                    _refresh_logs(execution.occurrence_id)
                     return self.get(occurrence_id)
                 execution = self.get(occurrence_id)
             if execution.status in LEASED:
@@ -255,7 +255,9 @@ class Scheduler:
         errors: dict[str, list[str]] = {}
         if params is not None and (not isinstance(params, dict) or not definitions._is_json(params)):
             errors["params"] = ["Must be a JSON object."]
-        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= 128):
+        if idempotency_key is not None and (
+            not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= 128
+        ):
             errors["idempotency_key"] = ["Must be 1-128 characters."]
         if source is not None and (not isinstance(source, str) or len(source) > 200):
             errors["source"] = ["Must be a string of at most 200 characters."]
@@ -335,7 +337,11 @@ class Scheduler:
                 errors[name] = ["Must be a timezone-aware datetime."]
         if not isinstance(page, int) or isinstance(page, bool) or page < 1:
             errors["page"] = ["Must be a positive integer."]
-        if not isinstance(page_size, int) or isinstance(page_size, bool) or not 1 <= page_size <= MAX_PAGE_SIZE:
+        if (
+            not isinstance(page_size, int)
+            or isinstance(page_size, bool)
+            or not 1 <= page_size <= MAX_PAGE_SIZE
+        ):
             errors["page_size"] = [f"Must be an integer from 1 to {MAX_PAGE_SIZE}."]
         if errors:
             raise InvalidDefinition("The log query is invalid.", errors=errors)
@@ -354,6 +360,13 @@ class Scheduler:
             start = (page - 1) * page_size
             results = list(rows.order_by("-finished_at", "-attempt")[start : start + page_size])
         return LogPage(results=results, count=count, page=page, page_size=page_size)
+
+
+def _refresh_logs(occurrence_id: Any) -> None:
+    # The journal change is committed; a failed log write leaves log_persistence
+    # pending, where list_log_failures() shows it for repair.
+    with suppress(DatabaseError):
+        logs.repair(occurrence_id)
 
 
 def _uuid(value: Any) -> Any:
@@ -385,7 +398,9 @@ def _cron_errors(expression: str, zone: str) -> dict[str, list[str]]:
 def validate_declared_tasks(declared: Any) -> list[dict[str, Any]]:
     """Check SCHEDULER_APP["TASKS"]: a list of valid definitions with unique ids."""
     if not isinstance(declared, (list, tuple)):
-        raise InvalidDefinition("SCHEDULER_APP['TASKS'] must be a list of definitions.", errors={"TASKS": ["Must be a list."]})
+        raise InvalidDefinition(
+            "SCHEDULER_APP['TASKS'] must be a list of definitions.", errors={"TASKS": ["Must be a list."]}
+        )
     errors: dict[str, list[str]] = {}
     seen: set[str] = set()
     for index, definition in enumerate(declared):
@@ -393,7 +408,9 @@ def validate_declared_tasks(declared: Any) -> list[dict[str, Any]]:
             definitions.validate_definition(definition)
         except InvalidDefinition as exc:
             for field, messages in exc.errors.items():
-                errors.setdefault(f"TASKS[{index}].{field}" if field else f"TASKS[{index}]", []).extend(messages)
+                errors.setdefault(f"TASKS[{index}].{field}" if field else f"TASKS[{index}]", []).extend(
+                    messages
+                )
             continue
         if definition["id"] in seen:
             errors.setdefault(f"TASKS[{index}].id", []).append(f"Duplicate id {definition['id']!r}.")

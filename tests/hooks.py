@@ -14,13 +14,14 @@ CALLS: list[TaskEvent] = []
 _lock = threading.Lock()
 
 
-def _append_line(event: TaskEvent) -> None:
+def _append_line(event: TaskEvent, suffix: str = "") -> None:
     folder = os.environ.get("SCHEDULER_SIDE_EFFECTS")
     if not folder:
         return
     path = os.path.join(folder, f"{os.getpid()}.log")
+    context = event.context
     with _lock, open(path, "a") as handle:
-        handle.write(f"{event.context.task_id},{event.context.occurrence_id},{event.context.attempt}\n")
+        handle.write(f"{context.task_id},{context.occurrence_id},{context.attempt}{suffix}\n")
         handle.flush()
         os.fsync(handle.fileno())
 
@@ -37,6 +38,11 @@ def on_task_execute(event: TaskEvent) -> Any:
             time.sleep(float(params["block"]))
         else:
             event.cancelled.wait(float(params["block"]))
+        _append_line(event, ",end")
+    if params.get("update_task"):
+        from scheduler_app import scheduler
+
+        scheduler.update_task(event.context.task_id, **params["update_task"])
     if params.get("fail"):
         raise RuntimeError(params.get("fail_message", "boom"))
     if params.get("skip"):

@@ -1,6 +1,7 @@
 """Settings for the test suite; SCHEDULER_TEST_DB picks sqlite (default), postgres or mysql."""
 
 import os
+import tempfile
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -71,11 +72,12 @@ else:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": DB_NAME or os.path.join(os.path.dirname(__file__), "scheduler-test.sqlite3"),
             "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
-            "TEST": {"NAME": DB_NAME} if DB_NAME else {},
+            # A file, not memory: threaded tests need real concurrent connections.
+            "TEST": {"NAME": DB_NAME or os.path.join(tempfile.gettempdir(), "scheduler-test.sqlite3")},
         }
     }
 
-SCHEDULER_APP = {
+SCHEDULER_APP: dict[str, object] = {
     "HOOKS": {"on_task_execute": "tests.hooks.on_task_execute"},
     "HANDLERS": {"fake": "scheduler_app.handlers.fake.FakeHandler"},
     "REDIS_URL": os.environ.get("SCHEDULER_REDIS_URL") or None,
@@ -87,5 +89,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"scheduler_app": {"handlers": ["console"], "level": os.environ.get("SCHEDULER_LOG_LEVEL", "WARNING")}},
+    "loggers": {
+        "scheduler_app": {"handlers": ["console"], "level": os.environ.get("SCHEDULER_LOG_LEVEL", "WARNING")}
+    },
 }

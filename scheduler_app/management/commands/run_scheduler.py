@@ -11,9 +11,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler_app import scheduler
+from scheduler_app.conf import scheduler_settings
 from scheduler_app.engine import Runner
 from scheduler_app.exceptions import SchedulerError
+from scheduler_app.services import validate_declared_tasks
 
 
 def positive_int(value: str) -> int:
@@ -44,9 +45,12 @@ class Command(BaseCommand):
         if options["verbosity"] > 0 and not logging.getLogger("scheduler_app").handlers:
             logging.basicConfig(level=logging.INFO if options["verbosity"] > 1 else logging.WARNING)
         try:
-            scheduler.refresh_tasks()
+            validate_declared_tasks(scheduler_settings.TASKS)
         except SchedulerError as exc:
-            raise CommandError(f"{exc.code}: {exc.message} {getattr(exc, 'errors', '')}") from None
+            details = "; ".join(
+                f"{field}: {' '.join(messages)}" for field, messages in exc.details.get("errors", {}).items()
+            )
+            raise CommandError(f"{exc.code}: {exc.message} {details}".strip()) from None
         runner = Runner(
             node_id=options["node_id"],
             workers=options["workers"],

@@ -29,6 +29,8 @@ class Command(BaseCommand):
             is_alive = runner.stopped_at is None and runner.last_seen_at >= horizon
             alive += is_alive
             state = "alive" if is_alive else ("stopped" if runner.stopped_at else "silent")
-            self.stdout.write(f"{runner.node_id}\t{state}\tlast seen {runner.last_seen_at:%Y-%m-%dT%H:%M:%SZ}")
+            self.stdout.write(
+                f"{runner.node_id}\t{state}\tlast seen {runner.last_seen_at:%Y-%m-%dT%H:%M:%SZ}"
+            )
         if not alive:
             raise CommandError("no live runner")

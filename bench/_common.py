@@ -1,0 +1,296 @@
+"""Shared helpers for the benchmark scripts: a throw-away database, runner processes, RSS, percentiles.
+
+Not a benchmark itself. Every script does, in this order:
+
+    with bench_database("bench_x", db) as info:   # creates, configures Django, migrates; drops on exit
+        with Processes() as procs:                  # children get SIGTERM (then SIGKILL) on exit
+            procs.start_runner(info, "--workers", "8")
+            ...
+    write_results("x", {...})                        # bench/results/x.json
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PG = {
+    "host": os.environ.get("PGHOST", "127.0.0.1"),
+    "port": os.environ.get("PGPORT", "5432"),
+    "user": "postgres",
+}
+MYSQL = {"host": os.environ.get("MYSQL_HOST", "127.0.0.1"), "port": int(os.environ.get("MYSQL_PORT", "3306"))}
+
+
+def _raise_system_exit(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+# SIGTERM to a bench script unwinds like Ctrl-C, so every `finally` (child cleanup, DROP DATABASE) runs.
+signal.signal(signal.SIGTERM, _raise_system_exit)
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (`cmd &`)
+
+
+# -- database ---------------------------------------------------------------
+
+
+@dataclass
+class DatabaseInfo:
+    backend: str  # postgres | mysql | sqlite
+    name: str  # database name, or file path for sqlite
+    env: dict[str, str] = field(default_factory=dict)  # what a child process needs to reach it
+
+
+def _pg_admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dbname="postgres", autocommit=True, **PG) as conn:
+        conn.execute(sql)
+
+
+def _mysql_admin(sql: str) -> None:
+    import MySQLdb
+
+    conn = MySQLdb.connect(user="root", passwd="", **MYSQL)
+    try:
+        conn.cursor().execute(sql)
+    finally:
+        conn.close()
+
+
+def _create(backend: str, name: str) -> None:
+    if backend == "postgres":
+        _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _pg_admin(f'CREATE DATABASE "{name}"')
+    elif backend == "mysql":
+        _mysql_admin(f"DROP DATABASE IF EXISTS `{name}`")
+        _mysql_admin(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    else:
+        _drop(backend, name)
+
+
+def _drop(backend: str, name: str) -> None:
+    if backend == "postgres":
+        _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    elif backend == "mysql":
+        _mysql_admin(f"DROP DATABASE IF EXISTS `{name}`")
+    else:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(name + suffix).unlink(missing_ok=True)
+
+
+@contextmanager
+def bench_database(
+    name: str, backend: str = "postgres", *, redis_url: str | None = None
+) -> Iterator[DatabaseInfo]:
+    """Create database ``name``, point Django (tests.settings) at it, migrate; drop it on exit.
+
+    Call once per process, before importing models: Django reads the settings once.
+    """
+    if backend == "sqlite":
+        name = os.path.join(tempfile.gettempdir(), f"{name}.sqlite3")
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "SCHEDULER_TEST_DB": backend,
+        "SCHEDULER_DB_NAME": name,
+        "SCHEDULER_REDIS_URL": redis_url or "",
+        "PYTHONPATH": str(ROOT),
+    }
+    os.environ.update(env)
+    _create(backend, name)
+    try:
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        yield DatabaseInfo(backend, name, env)
+    finally:
+        try:
+            from django.db import connections
+
+            connections.close_all()
+        except Exception:
+            pass
+        _drop(backend, name)
+
+
+def analyze() -> None:
+    """Refresh planner statistics after a bulk insert (PostgreSQL and MySQL)."""
+    from django.db import connection
+
+    from scheduler_app.models import Execution, Task
+
+    with connection.cursor() as cursor:
+        for model in (Task, Execution):
+            table = connection.ops.quote_name(model._meta.db_table)
+            if connection.vendor == "postgresql":
+                cursor.execute(f"ANALYZE {table}")
+            elif connection.vendor == "mysql":
+                cursor.execute(f"ANALYZE TABLE {table}")
+                cursor.fetchall()
+
+
+# -- child processes ---------------------------------------------------------
+
+
+@dataclass
+class Child:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    peak_rss_kb: int = 0
+
+    def sample_rss(self) -> int:
+        """Refresh the peak RSS (VmHWM) from /proc while the process is alive."""
+        self.peak_rss_kb = max(self.peak_rss_kb, vm_hwm_kb(self.popen.pid) or 0)
+        return self.peak_rss_kb
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class Processes:
+    """Children started here are stopped on exit: SIGTERM, then SIGKILL after ``grace`` seconds."""
+
+    def __init__(self, grace: float = 40.0) -> None:
+        self.children: list[Child] = []
+        self.grace = grace
+        self.folder = Path(tempfile.mkdtemp(prefix="bench-procs-"))
+
+    def __enter__(self) -> Processes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str]) -> Child:
+        log_path = self.folder / f"{name}.log"
+        log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 - owned by the child
+        popen = subprocess.Popen(
+            list(argv),
+            env={**os.environ, **env},
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C in the terminal reaches only us; we stop the children
+        )
+        log.close()
+        child = Child(name, popen, log_path)
+        self.children.append(child)
+        return child
+
+    def start_runner(
+        self, db: DatabaseInfo, name: str, *args: str, env: dict[str, str] | None = None
+    ) -> Child:
+        argv = [sys.executable, "-m", "django", "run_scheduler", "--node-id", name, *args]
+        return self.start(name, argv, {**db.env, **(env or {})})
+
+    def terminate(self, child: Child, timeout: float | None = None) -> int | None:
+        """SIGTERM one child and wait; its exit code, or None if it had to be killed."""
+        if child.popen.poll() is None:
+            child.sample_rss()
+            child.popen.send_signal(signal.SIGTERM)
+        try:
+            return child.popen.wait(self.grace if timeout is None else timeout)
+        except subprocess.TimeoutExpired:
+            child.popen.kill()
+            child.popen.wait()
+            return None
+
+    def stop_all(self) -> dict[str, int | None]:
+        codes = {}
+        for child in self.children:
+            if child.popen.poll() is None:
+                child.sample_rss()
+                child.popen.send_signal(signal.SIGTERM)
+        for child in self.children:
+            codes[child.name] = self.terminate(child)
+        return codes
+
+
+def vm_hwm_kb(pid: int) -> int | None:
+    """Peak resident set size of a live process, in kB (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+# -- figures -------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Linear-interpolated percentile (p in 0-100), None for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    k = (len(ordered) - 1) * p / 100
+    low = math.floor(k)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def summary(values: Sequence[float], digits: int = 3) -> dict[str, Any]:
+    """count, min, p50, p90, p99, max, mean, rounded."""
+    if not values:
+        return {"count": 0}
+
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, digits)
+
+    return {
+        "count": len(values),
+        "min": r(min(values)),
+        "p50": r(percentile(values, 50)),
+        "p90": r(percentile(values, 90)),
+        "p99": r(percentile(values, 99)),
+        "max": r(max(values)),
+        "mean": r(sum(values) / len(values)),
+    }
+
+
+def write_results(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    print(f"results written to {path.relative_to(ROOT)}")
+    return path
+
+
+def wait_until(predicate: Any, timeout: float, interval: float = 0.2, on_poll: Any = None) -> bool:
+    """Poll ``predicate`` until true or ``timeout`` seconds pass; ``on_poll`` runs each round."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if on_poll is not None:
+            on_poll()
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)

@@ -1,0 +1,71 @@
+"""Starting real runner processes against the test database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class RunnerProcess:
+    """One `manage.py run_scheduler` process on the test database."""
+
+    def __init__(self, side_effects: Path, node_id: str, *args: str, lease: float = 300, **env: str) -> None:
+        self.node_id = node_id
+        environment = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "PYTHONPATH": str(ROOT),
+            "SCHEDULER_DB_NAME": connection.settings_dict["NAME"],
+            "SCHEDULER_SIDE_EFFECTS": str(side_effects),
+            "SCHEDULER_LEASE": str(lease),
+            **env,
+        }
+        command = [sys.executable, "-m", "django", "run_scheduler", "--node-id", node_id, *args]
+        self.process = subprocess.Popen(command, cwd=ROOT, env=environment, stderr=subprocess.PIPE, text=True)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        if self.process.stderr:
+            self.process.stderr.close()
+
+    def stderr_text(self) -> str:
+        return self.process.stderr.read() if self.process.stderr and self.process.poll() is not None else ""
+
+
+def side_effect_lines(folder: Path) -> list[str]:
+    lines: list[str] = []
+    for path in sorted(folder.glob("*.log")):
+        lines.extend(line for line in path.read_text().splitlines() if line)
+    return lines
+
+
+def starts(folder: Path) -> Counter[str]:
+    """How many times each (occurrence, attempt) started, from the hook's own lines."""
+    return Counter(line for line in side_effect_lines(folder) if not line.endswith(",end"))

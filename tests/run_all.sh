@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install everything, start the databases if they are down, run the suite on
+# SQLite, PostgreSQL and MariaDB, then the migration check, ruff and mypy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+VENV=.venv/bin
+
+if ! dpkg -s libmariadb-dev >/dev/null 2>&1 || ! command -v pkg-config >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq libmariadb-dev pkg-config >/dev/null
+fi
+"$VENV/pip" install -q --disable-pip-version-check -e ".[dev,postgres,mysql,redis]"
+
+bash tests/start_services.sh
+
+export PYTHONPATH=$PWD
+export DJANGO_SETTINGS_MODULE=tests.settings
+status=0
+for backend in sqlite postgres mysql; do
+    echo "== pytest on $backend"
+    SCHEDULER_TEST_DB=$backend "$VENV/python" -m pytest -q "$@" || status=1
+done
+
+echo "== makemigrations --check"
+"$VENV/python" -m django makemigrations --check --dry-run || status=1
+echo "== ruff"
+"$VENV/ruff" check . && "$VENV/ruff" format --check . || status=1
+echo "== mypy"
+"$VENV/mypy" || status=1
+exit $status

@@ -1,0 +1,710 @@
+"""Tests of scheduler_app.cron: examples written out by hand and properties against a brute-force oracle."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from itertools import pairwise
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from scheduler_app import cron
+from scheduler_app.exceptions import InvalidCron
+
+pytestmark: list[pytest.MarkDecorator] = []
+
+NY = "America/New_York"
+LONDON = "Europe/London"
+LORD_HOWE = "Australia/Lord_Howe"
+KOLKATA = "Asia/Kolkata"
+SANTIAGO = "America/Santiago"
+ZONES = ("", "UTC", NY, LONDON, LORD_HOWE, KOLKATA, SANTIAGO)
+MINUTE = timedelta(minutes=1)
+
+
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> datetime:
+    """Build an aware UTC datetime."""
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+
+
+def fires(expression: str, zone: str, after: datetime, until: datetime) -> list[datetime]:
+    """Chain next_fire_time from ``after`` while the result is not past ``until``."""
+    found: list[datetime] = []
+    moment = cron.next_fire_time(expression, zone, after)
+    while moment <= until:
+        found.append(moment)
+        moment = cron.next_fire_time(expression, zone, moment)
+        assert moment > found[-1]
+    return found
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "",
+        "* * * *",
+        "0 * * * * *",
+        "0 0 * * * 2026",
+        "@daily",
+        "@reboot",
+        "61 * * * *",
+        "-1 * * * *",
+        "* 24 * * *",
+        "* * 0 * *",
+        "* * 32 * *",
+        "* * * 13 *",
+        "* * * 0 *",
+        "* * * * 8",
+        "0 0 31 2 *",
+        "0 0 30 2 *",
+        "0 0 31 4,6,9,11 *",
+        "0 0 30,31 feb *",
+        "0 0 31 2 */7",
+        "garbage",
+        "a b c d e",
+        "*/0 * * * *",
+        "*/60 * * * *",
+        "5/15 * * * *",
+        "10-5 * * * *",
+        "1,,2 * * * *",
+        "1, * * * *",
+        "? * * * *",
+        "0 0 L * *",
+        "0 0 * * 1#2",
+        "0 0 * * fri-mon",
+        "0 0 * * monday",
+        "0 0 * january *",
+        "0 0 * * \uff15",
+        "0 0 1-31/x * *",
+        "99999999999999999999 * * * *",
+    ],
+)
+def test_validate_refuses(expression: str) -> None:
+    with pytest.raises(InvalidCron) as caught:
+        cron.validate(expression, "UTC")
+    assert caught.value.errors["cron"]
+    assert "timezone" not in caught.value.errors
+    assert str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "0 0 29 2 *",
+        "*/5 * * * *",
+        "0 9 * * mon-fri",
+        "0 9 * * MON-Fri",
+        "0 0 * * 7",
+        "0 0 * * 0",
+        "0 0 * * 5-7",
+        "0 0 31 2 1",
+        "* * * * *",
+        "0-59/15 0-23/2 1-31 1-12 0-7",
+        "5,10,15 1,2 1 jan,jul *",
+        "  0   2  *  * *  ",
+        "0\t2 * * *",
+        "00 02 01 01 *",
+        "*/59 */23 */31 */12 */7",
+    ],
+)
+def test_validate_accepts(expression: str) -> None:
+    cron.validate(expression, NY)
+
+
+@pytest.mark.parametrize(
+    "zone", ["Mars/Base", "../etc", "/etc/passwd", "europe/london", "localtime", "UTC ", "x" * 500]
+)
+def test_validate_refuses_unknown_timezone(zone: str) -> None:
+    with pytest.raises(InvalidCron) as caught:
+        cron.validate("0 0 * * *", zone)
+    assert list(caught.value.errors) == ["timezone"]
+
+
+@pytest.mark.parametrize("zone", ["", "UTC", NY, LORD_HOWE, KOLKATA, SANTIAGO, "Etc/GMT+5"])
+def test_validate_accepts_known_timezone(zone: str) -> None:
+    cron.validate("0 0 * * *", zone)
+
+
+def test_validate_reports_both_fields() -> None:
+    with pytest.raises(InvalidCron) as caught:
+        cron.validate("61 * * * *", "Mars/Base")
+    assert set(caught.value.errors) == {"cron", "timezone"}
+
+
+@pytest.mark.parametrize(
+    ("expression", "zone"),
+    [
+        ("1" * 10_000 + " * * * *", "UTC"),
+        ("x " * 10_000, "UTC"),
+        ("@" + "d" * 10_000, "UTC"),
+        ("* * * * *", "Z" * 10_000),
+        ("0 0 * * " + "m" * 10_000, "UTC"),
+    ],
+)
+def test_messages_never_echo_huge_input(expression: str, zone: str) -> None:
+    with pytest.raises(InvalidCron) as caught:
+        cron.validate(expression, zone)
+    assert len(str(caught.value)) < 400
+    for messages in caught.value.errors.values():
+        assert all(len(message) < 400 for message in messages)
+
+
+def test_is_fixed_time() -> None:
+    assert cron.is_fixed_time("30 2 * * *")
+    assert cron.is_fixed_time("0,30 1-3 * * *")
+    assert cron.is_fixed_time("0-59 0-23 * * *")
+    assert not cron.is_fixed_time("*/5 2 * * *")
+    assert not cron.is_fixed_time("0 * * * *")
+    assert not cron.is_fixed_time("0 */2 * * *")
+    with pytest.raises(InvalidCron):
+        cron.is_fixed_time("nope")
+
+
+def test_refuses_non_strings_and_overlong_input() -> None:
+    with pytest.raises(InvalidCron) as caught:
+        cron.validate(["0 0 * * *"], "UTC")  # type: ignore[arg-type]
+    assert list(caught.value.errors) == ["cron"]
+    with pytest.raises(InvalidCron) as caught:
+        cron.validate("0 0 * * *", None)  # type: ignore[arg-type]
+    assert list(caught.value.errors) == ["timezone"]
+    with pytest.raises(InvalidCron):
+        cron.validate("0" + ",0" * 600 + " 0 * * *", "UTC")
+    cron.validate("0" + ",0" * 400 + " 0 * * *", "UTC")
+
+
+def test_supported_years() -> None:
+    with pytest.raises(ValueError):
+        cron.next_fire_time("* * * * *", "UTC", datetime.min.replace(tzinfo=UTC))
+    with pytest.raises(ValueError):
+        cron.next_fire_time("* * * * *", "UTC", utc(9990, 1, 1))
+    assert cron.fire_times("0 0 1 1 *", NY, utc(2026, 1, 1), datetime.max.replace(tzinfo=UTC), limit=2) == [
+        utc(2026, 1, 1, 5),
+        utc(2027, 1, 1, 5),
+    ]
+
+
+def test_next_fire_time_needs_aware_instant() -> None:
+    with pytest.raises(ValueError):
+        cron.next_fire_time("* * * * *", "UTC", datetime(2026, 1, 1))
+    with pytest.raises(ValueError):
+        cron.matches("* * * * *", "UTC", datetime(2026, 1, 1))
+
+
+def test_next_fire_time_result_shape() -> None:
+    after = datetime(2026, 5, 1, 12, 0, 30, 123, tzinfo=ZoneInfo(NY))
+    found = cron.next_fire_time("*/5 * * * *", NY, after)
+    assert found == utc(2026, 5, 1, 16, 5)
+    assert found.tzinfo is UTC
+    assert (found.second, found.microsecond) == (0, 0)
+    assert cron.next_fire_time("0 * * * *", "", utc(2026, 1, 1, 0, 0)) == utc(2026, 1, 1, 1, 0)
+    assert cron.next_fire_time("0 * * * *", "", utc(2026, 1, 1, 0, 0, 59)) == utc(2026, 1, 1, 1, 0)
+    assert cron.next_fire_time("0 * * * *", "", utc(2025, 12, 31, 23, 59, 59)) == utc(2026, 1, 1, 0, 0)
+
+
+# ---------------------------------------------------------------------------
+# Calendar rules
+# ---------------------------------------------------------------------------
+
+
+def test_leap_day() -> None:
+    assert cron.next_fire_time("0 0 29 2 *", "UTC", utc(2026, 1, 1)) == utc(2028, 2, 29)
+    assert cron.next_fire_time("0 0 29 2 *", "UTC", utc(2096, 3, 1)) == utc(2104, 2, 29)
+
+
+def test_rare_expression_is_found_decades_ahead() -> None:
+    # 29 February on a Sunday; 2100 is not a leap year.
+    assert cron.next_fire_time("0 0 29 2 */7", "UTC", utc(2089, 1, 1)) == utc(2128, 2, 29)
+    assert cron.next_fire_time("0 0 29 2 */7", NY, utc(2033, 1, 1)) == utc(2060, 2, 29, 5)
+
+
+def test_day_rules_or_when_both_restricted() -> None:
+    # 13th of every month or any Friday.
+    found = fires("0 0 13 * 5", "UTC", utc(2026, 3, 1), utc(2026, 3, 31))
+    assert [moment.day for moment in found] == [6, 13, 20, 27]
+    found = fires("0 0 13 * 5", "UTC", utc(2026, 4, 1), utc(2026, 4, 30))
+    assert [moment.day for moment in found] == [3, 10, 13, 17, 24]
+
+
+def test_day_rules_and_when_one_starts_with_star() -> None:
+    # Odd days that are Fridays.
+    found = fires("0 0 */2 * 5", "UTC", utc(2026, 3, 1), utc(2026, 4, 30))
+    assert [(moment.month, moment.day) for moment in found] == [(3, 13), (3, 27), (4, 3), (4, 17)]
+    # Day-of-week wildcard: only the day of month counts.
+    assert [m.day for m in fires("0 0 13 * *", "UTC", utc(2026, 3, 1), utc(2026, 3, 31))] == [13]
+
+
+def test_sunday_is_0_and_7() -> None:
+    sundays = fires("0 12 * * 0", "UTC", utc(2026, 3, 1), utc(2026, 3, 31))
+    assert sundays == fires("0 12 * * 7", "UTC", utc(2026, 3, 1), utc(2026, 3, 31))
+    assert sundays == fires("0 12 * * sun", "UTC", utc(2026, 3, 1), utc(2026, 3, 31))
+    assert [moment.day for moment in sundays] == [1, 8, 15, 22, 29]
+
+
+def test_month_names() -> None:
+    assert cron.next_fire_time("0 0 1 jul-aug *", "UTC", utc(2026, 1, 1)) == utc(2026, 7, 1)
+
+
+# ---------------------------------------------------------------------------
+# Daylight saving time, written out by hand
+# ---------------------------------------------------------------------------
+
+
+def test_new_york_spring_forward() -> None:
+    # 2026-03-08 02:00 EST jumps to 03:00 EDT at 07:00Z.
+    assert fires("30 2 * * *", NY, utc(2026, 3, 7), utc(2026, 3, 10)) == [
+        utc(2026, 3, 7, 7, 30),
+        utc(2026, 3, 8, 7, 0),
+        utc(2026, 3, 9, 6, 30),
+    ]
+    assert fires("0,30 2,3 * * *", NY, utc(2026, 3, 8, 6), utc(2026, 3, 8, 8)) == [
+        utc(2026, 3, 8, 7, 0),
+        utc(2026, 3, 8, 7, 30),
+    ]
+    # 02:00, 02:30 and 03:00 all land on 07:00Z: one fire.
+    assert cron.fire_times("0,30 2,3 * * *", NY, utc(2026, 3, 8, 6), utc(2026, 3, 8, 8)) == [
+        utc(2026, 3, 8, 7, 0),
+        utc(2026, 3, 8, 7, 30),
+    ]
+    assert cron.count_fire_times("0,30 2,3 * * *", NY, utc(2026, 3, 8, 6), utc(2026, 3, 8, 8)) == 2
+    # Wildcard expressions skip the gap.
+    assert fires("*/30 * * * *", NY, utc(2026, 3, 8, 6), utc(2026, 3, 8, 8)) == [
+        utc(2026, 3, 8, 6, 30),
+        utc(2026, 3, 8, 7, 0),
+        utc(2026, 3, 8, 7, 30),
+        utc(2026, 3, 8, 8, 0),
+    ]
+    assert fires("*/10 2 * * *", NY, utc(2026, 3, 7), utc(2026, 3, 9)) == [
+        utc(2026, 3, 7, 7, minute) for minute in range(0, 60, 10)
+    ]
+
+
+def test_new_york_fall_back() -> None:
+    # 2026-11-01 02:00 EDT falls back to 01:00 EST at 06:00Z.
+    assert fires("30 1 * * *", NY, utc(2026, 10, 31), utc(2026, 11, 3)) == [
+        utc(2026, 10, 31, 5, 30),
+        utc(2026, 11, 1, 5, 30),
+        utc(2026, 11, 2, 6, 30),
+    ]
+    assert fires("*/30 * * * *", NY, utc(2026, 11, 1, 4, 45), utc(2026, 11, 1, 6, 45)) == [
+        utc(2026, 11, 1, 5, 0),
+        utc(2026, 11, 1, 5, 30),
+        utc(2026, 11, 1, 6, 0),
+        utc(2026, 11, 1, 6, 30),
+    ]
+    assert fires("0 * * * *", NY, utc(2026, 11, 1, 3, 30), utc(2026, 11, 1, 7, 30)) == [
+        utc(2026, 11, 1, 4),
+        utc(2026, 11, 1, 5),
+        utc(2026, 11, 1, 6),
+        utc(2026, 11, 1, 7),
+    ]
+    assert fires("0 1 * * *", NY, utc(2026, 11, 1), utc(2026, 11, 2)) == [utc(2026, 11, 1, 5)]
+
+
+def test_lord_howe_half_hour_shift() -> None:
+    # 2026-04-05 02:00 +11 falls back to 01:30 +10:30 at 2026-04-04 15:00Z.
+    assert fires("45 1 * * *", LORD_HOWE, utc(2026, 4, 4, 12), utc(2026, 4, 5, 12)) == [
+        utc(2026, 4, 4, 14, 45)
+    ]
+    assert fires("*/15 * * * *", LORD_HOWE, utc(2026, 4, 4, 13, 59), utc(2026, 4, 4, 16)) == [
+        utc(2026, 4, 4, 14) + timedelta(minutes=15 * step) for step in range(9)
+    ]
+    assert fires("0 * * * *", LORD_HOWE, utc(2026, 4, 4, 13, 30), utc(2026, 4, 4, 16, 30)) == [
+        utc(2026, 4, 4, 14, 0),
+        utc(2026, 4, 4, 15, 30),
+        utc(2026, 4, 4, 16, 30),
+    ]
+    # 2026-10-04 02:00 +10:30 jumps to 02:30 +11 at 2026-10-03 15:30Z.
+    assert fires("15 2 * * *", LORD_HOWE, utc(2026, 10, 2), utc(2026, 10, 5)) == [
+        utc(2026, 10, 2, 15, 45),
+        utc(2026, 10, 3, 15, 30),
+        utc(2026, 10, 4, 15, 15),
+    ]
+    assert fires("0 * * * *", LORD_HOWE, utc(2026, 10, 3, 14), utc(2026, 10, 3, 16)) == [
+        utc(2026, 10, 3, 14, 30),
+        utc(2026, 10, 3, 16, 0),
+    ]
+
+
+def test_santiago_midnight_transitions() -> None:
+    # 2026-09-06 00:00 -04 jumps to 01:00 -03 at 04:00Z: that day starts at 01:00.
+    assert fires("0 0 * * *", SANTIAGO, utc(2026, 9, 4), utc(2026, 9, 8)) == [
+        utc(2026, 9, 4, 4),
+        utc(2026, 9, 5, 4),
+        utc(2026, 9, 6, 4),
+        utc(2026, 9, 7, 3),
+    ]
+    assert fires("*/20 0 * * *", SANTIAGO, utc(2026, 9, 5), utc(2026, 9, 7, 12)) == [
+        utc(2026, 9, 5, 4, 0),
+        utc(2026, 9, 5, 4, 20),
+        utc(2026, 9, 5, 4, 40),
+        utc(2026, 9, 7, 3, 0),
+        utc(2026, 9, 7, 3, 20),
+        utc(2026, 9, 7, 3, 40),
+    ]
+    # 2026-04-05 00:00 -03 falls back to 2026-04-04 23:00 -04 at 03:00Z.
+    assert fires("30 23 * * *", SANTIAGO, utc(2026, 4, 4), utc(2026, 4, 7)) == [
+        utc(2026, 4, 4, 2, 30),
+        utc(2026, 4, 5, 2, 30),
+        utc(2026, 4, 6, 3, 30),
+    ]
+    assert fires("30 * * * *", SANTIAGO, utc(2026, 4, 5, 2), utc(2026, 4, 5, 5)) == [
+        utc(2026, 4, 5, 2, 30),
+        utc(2026, 4, 5, 3, 30),
+        utc(2026, 4, 5, 4, 30),
+    ]
+
+
+def test_kolkata_and_utc() -> None:
+    assert fires("0 9 * * *", KOLKATA, utc(2026, 3, 1), utc(2026, 3, 3)) == [
+        utc(2026, 3, 1, 3, 30),
+        utc(2026, 3, 2, 3, 30),
+    ]
+    assert fires("0 9 * * *", "", utc(2026, 3, 1), utc(2026, 3, 3)) == [
+        utc(2026, 3, 1, 9),
+        utc(2026, 3, 2, 9),
+    ]
+
+
+def test_matches_examples() -> None:
+    assert cron.matches("30 2 * * *", NY, utc(2026, 3, 8, 7, 0))
+    assert not cron.matches("30 2 * * *", NY, utc(2026, 3, 8, 7, 30))
+    assert cron.matches("0 * * * *", NY, utc(2026, 11, 1, 6, 0))
+    assert not cron.matches("0 1 * * *", NY, utc(2026, 11, 1, 6, 0))
+    assert not cron.matches("* * * * *", "UTC", utc(2026, 1, 1, 0, 0, 30))
+
+
+def test_fire_times_and_count() -> None:
+    assert cron.fire_times("0 * * * *", "UTC", utc(2026, 1, 1), utc(2026, 1, 1, 3)) == [
+        utc(2026, 1, 1, 1),
+        utc(2026, 1, 1, 2),
+        utc(2026, 1, 1, 3),
+    ]
+    assert cron.fire_times("0 * * * *", "UTC", utc(2026, 1, 1), utc(2026, 1, 1, 3), limit=2) == [
+        utc(2026, 1, 1, 1),
+        utc(2026, 1, 1, 2),
+    ]
+    assert cron.fire_times("0 * * * *", "UTC", utc(2026, 1, 1), utc(2026, 1, 1, 3), limit=0) == []
+    assert cron.fire_times("0 * * * *", "UTC", utc(2026, 1, 2), utc(2026, 1, 1)) == []
+    assert cron.count_fire_times("0 * * * *", "UTC", utc(2026, 1, 2), utc(2026, 1, 1)) == 0
+    with pytest.raises(ValueError):
+        cron.fire_times("0 * * * *", "UTC", utc(2026, 1, 1), utc(2026, 1, 2), limit=-1)
+
+
+@pytest.mark.parametrize(
+    ("zone", "after", "until", "expected"),
+    [
+        ("UTC", utc(2026, 3, 1), utc(2026, 4, 1), 31 * 1440),
+        (NY, utc(2026, 3, 1, 5), utc(2026, 4, 1, 4), 31 * 1440 - 60),
+        (NY, utc(2026, 11, 1, 4), utc(2026, 12, 1, 5), 30 * 1440 + 60),
+        (LORD_HOWE, utc(2026, 9, 30, 13, 30), utc(2026, 10, 31, 13), 31 * 1440 - 30),
+    ],
+)
+def test_count_every_minute_for_a_month_is_fast(
+    zone: str, after: datetime, until: datetime, expected: int
+) -> None:
+    started = time.perf_counter()
+    assert cron.count_fire_times("* * * * *", zone, after, until) == expected
+    assert time.perf_counter() - started < 0.5
+
+
+# ---------------------------------------------------------------------------
+# Brute-force oracle
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A generated expression: its text and the value sets its fields mean."""
+
+    texts: tuple[str, str, str, str, str]
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]  # 0 = Sunday
+
+    @property
+    def text(self) -> str:
+        """Return the expression as one string."""
+        return " ".join(self.texts)
+
+    @property
+    def fixed(self) -> bool:
+        """Tell whether neither minute nor hour starts with a star."""
+        return not self.texts[0].startswith("*") and not self.texts[1].startswith("*")
+
+    @property
+    def either_day(self) -> bool:
+        """Tell whether the day fields combine with OR."""
+        return not self.texts[2].startswith("*") and not self.texts[4].startswith("*")
+
+    def fires_ever(self) -> bool:
+        """Tell whether some calendar date satisfies the day and month fields."""
+        if self.either_day:
+            return True
+        longest = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30, 12: 31}
+        return any(day <= longest[month] for month in self.months for day in self.days)
+
+    def matches_wall(self, wall: datetime) -> bool:
+        """Tell whether a naive wall-clock minute satisfies every field."""
+        if wall.minute not in self.minutes or wall.hour not in self.hours or wall.month not in self.months:
+            return False
+        day_ok = wall.day in self.days
+        weekday_ok = (wall.isoweekday() % 7) in self.weekdays
+        return (day_ok or weekday_ok) if self.either_day else (day_ok and weekday_ok)
+
+
+def zone_of(key: str) -> ZoneInfo:
+    """Return the ZoneInfo of a key, UTC for the empty key."""
+    return ZoneInfo(key or "UTC")
+
+
+def wall_of(moment: datetime, zone: ZoneInfo) -> datetime:
+    """Return the naive wall-clock time of an instant."""
+    return moment.astimezone(zone).replace(tzinfo=None)
+
+
+def instant_of_wall(wall: datetime, zone: ZoneInfo) -> datetime:
+    """Map a wall time to the instant a fixed-time expression fires at."""
+    candidate = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    if wall_of(candidate, zone) == wall:
+        return candidate  # exists; fold=0 is the first pass when ambiguous
+    # In a gap: the first instant whose wall time is at or after this wall time.
+    moment = candidate - timedelta(hours=4)
+    while wall_of(moment, zone) < wall:
+        moment += MINUTE
+    return moment
+
+
+def oracle(expr: Expr, key: str, after: datetime, window: timedelta) -> list[datetime]:
+    """Return every fire time in (after, after + window] by walking minutes one by one."""
+    zone = zone_of(key)
+    after = after.astimezone(UTC)
+    start = after.replace(second=0, microsecond=0) + MINUTE
+    end = after + window
+    if not expr.fixed:
+        found = []
+        moment = start
+        while moment <= end:
+            if expr.matches_wall(wall_of(moment, zone)):
+                found.append(moment)
+            moment += MINUTE
+        return found
+    instants: set[datetime] = set()
+    wall = wall_of(start, zone) - timedelta(days=1)
+    wall_end = wall_of(end, zone) + timedelta(days=1)
+    while wall <= wall_end:
+        if expr.matches_wall(wall):
+            moment = instant_of_wall(wall, zone)
+            if after < moment <= end:
+                instants.add(moment)
+        wall += MINUTE
+    return sorted(instants)
+
+
+# ---------------------------------------------------------------------------
+# Strategies
+# ---------------------------------------------------------------------------
+
+
+MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+DOW_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+@st.composite
+def field(
+    draw: st.DrawFn, low: int, high: int, names: tuple[str, ...] = (), star_weight: int = 2
+) -> tuple[str, frozenset[int]]:
+    """Draw one field's text together with the set of values it means."""
+
+    def render(value: int) -> str:
+        if names and value - low < len(names) and draw(st.booleans()):
+            name = names[value - low]
+            return draw(st.sampled_from((name, name.upper(), name.capitalize())))
+        return str(value)
+
+    parts: list[str] = []
+    values: set[int] = set()
+    for index in range(draw(st.integers(1, 3))):
+        kind = draw(st.integers(0, 3 + star_weight))
+        if kind >= 4 and index == 0:
+            step = draw(st.integers(1, high)) if kind == 5 else 1
+            parts.append("*" if step == 1 and draw(st.booleans()) else f"*/{step}")
+            values.update(range(low, high + 1, step))
+            continue
+        first = draw(st.integers(low, high))
+        if kind <= 1 or kind >= 4:
+            parts.append(render(first))
+            values.add(first)
+            continue
+        last = draw(st.integers(first, high))
+        if kind == 2:
+            parts.append(f"{render(first)}-{render(last)}")
+            values.update(range(first, last + 1))
+        else:
+            step = draw(st.integers(1, high))
+            parts.append(f"{render(first)}-{render(last)}/{step}")
+            values.update(range(first, last + 1, step))
+    return ",".join(parts), frozenset(values)
+
+
+@st.composite
+def expressions(draw: st.DrawFn, focus: tuple[int, ...] = ()) -> Expr:
+    """Draw an expression that fires on some date, biased towards frequent fires and ``focus`` hours."""
+    minute_text, minutes = draw(field(0, 59))
+    if len(focus) > 0 and draw(st.booleans()):
+        picked = sorted(draw(st.sets(st.sampled_from(focus), min_size=1)))
+        if len(picked) > 1 and draw(st.booleans()):
+            hour_text, hours = f"{picked[0]}-{picked[-1]}", frozenset(range(picked[0], picked[-1] + 1))
+        else:
+            hour_text, hours = ",".join(map(str, picked)), frozenset(picked)
+    else:
+        hour_text, hours = draw(field(0, 23))
+    if draw(st.integers(0, 9)) < 6:
+        day_text, days = "*", frozenset(range(1, 32))
+    else:
+        day_text, days = draw(field(1, 31, star_weight=1))
+    if draw(st.integers(0, 9)) < 8:
+        month_text, months = "*", frozenset(range(1, 13))
+    else:
+        month_text, months = draw(field(1, 12, MONTH_NAMES))
+    if draw(st.integers(0, 9)) < 6:
+        weekday_text, weekdays = "*", frozenset(range(7))
+    else:
+        weekday_text, raw = draw(field(0, 7, DOW_NAMES, star_weight=1))
+        weekdays = frozenset(value % 7 for value in raw)
+    return Expr(
+        (minute_text, hour_text, day_text, month_text, weekday_text), minutes, hours, days, months, weekdays
+    )
+
+
+@cache
+def transitions(key: str) -> tuple[datetime, ...]:
+    """Return the UTC instants in 2020-2030 where the zone's offset changes, found by scanning."""
+    zone = zone_of(key)
+    found: list[datetime] = []
+    moment = utc(2020, 1, 1)
+    offset = moment.astimezone(zone).utcoffset()
+    while moment < utc(2031, 1, 1):
+        probe = moment + timedelta(hours=2)
+        if probe.astimezone(zone).utcoffset() != offset:
+            while moment.astimezone(zone).utcoffset() == offset:
+                moment += MINUTE
+            found.append(moment)
+            offset = moment.astimezone(zone).utcoffset()
+        else:
+            moment = probe
+    return tuple(found)
+
+
+def hours_around(key: str, moment: datetime) -> tuple[int, ...]:
+    """Return the wall-clock hours on either side of a transition, gap or repeat included."""
+    zone = zone_of(key)
+    before = (moment - MINUTE).astimezone(zone).utcoffset()
+    after = moment.astimezone(zone).utcoffset()
+    assert before is not None and after is not None
+    naive = moment.replace(tzinfo=None)
+    walls = [naive + offset + shift for offset in (before, after) for shift in (-MINUTE, timedelta(0))]
+    return tuple(sorted({wall.hour for wall in walls}))
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[Expr, str, datetime]:
+    """Draw an expression, a zone and an ``after`` instant, often a few hours before a transition."""
+    key = draw(st.sampled_from(ZONES))
+    near = transitions(key)
+    if near and draw(st.integers(0, 9)) < 7:
+        transition = draw(st.sampled_from(near))
+        earliest = -26 * 60 if draw(st.integers(0, 3)) == 0 else -6 * 60
+        after = transition + timedelta(minutes=draw(st.integers(earliest, 60)))
+        expr = draw(expressions(hours_around(key, transition)))
+    else:
+        after = utc(2020, 1, 1) + timedelta(minutes=draw(st.integers(0, 11 * 365 * 1440)))
+        expr = draw(expressions())
+    if draw(st.booleans()):
+        after += timedelta(seconds=draw(st.integers(0, 59)), microseconds=draw(st.integers(0, 999_999)))
+    if draw(st.booleans()):
+        after = after.astimezone(zone_of(draw(st.sampled_from(ZONES))))
+    return expr, key, after
+
+
+WINDOW = timedelta(days=2)
+CHAINED = 8
+PROPERTY_SETTINGS = settings(
+    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
+
+
+@PROPERTY_SETTINGS
+@given(expressions())
+def test_validate_accepts_exactly_the_firing_expressions(expr: Expr) -> None:
+    if expr.fires_ever():
+        cron.validate(expr.text, "UTC")
+        assert cron.is_fixed_time(expr.text) == expr.fixed
+    else:
+        with pytest.raises(InvalidCron):
+            cron.validate(expr.text, "UTC")
+
+
+@PROPERTY_SETTINGS
+@given(cases())
+def test_next_fire_time_agrees_with_oracle(case: tuple[Expr, str, datetime]) -> None:
+    expr, key, after = case
+    assume(expr.fires_ever())
+    expected = oracle(expr, key, after, WINDOW)[:CHAINED]
+    found: list[datetime] = []
+    moment = after
+    for _ in range(len(expected)):
+        moment = cron.next_fire_time(expr.text, key, moment)
+        found.append(moment)
+    assert found == expected
+    if len(expected) < CHAINED:
+        assert cron.next_fire_time(expr.text, key, moment) > after.astimezone(UTC) + WINDOW
+    assert all(moment.tzinfo is UTC for moment in found)
+
+
+@PROPERTY_SETTINGS
+@given(cases())
+def test_matches_agrees_with_oracle(case: tuple[Expr, str, datetime]) -> None:
+    expr, key, after = case
+    assume(expr.fires_ever())
+    window = timedelta(hours=3)
+    expected = set(oracle(expr, key, after, window))
+    moment = after.astimezone(UTC).replace(second=0, microsecond=0) + MINUTE
+    while moment <= after.astimezone(UTC) + window:
+        assert cron.matches(expr.text, key, moment) == (moment in expected), moment
+        moment += MINUTE
+
+
+@PROPERTY_SETTINGS
+@given(cases(), st.integers(0, 2 * 1440), st.none() | st.integers(0, 20))
+def test_fire_times_and_count_agree_with_oracle(
+    case: tuple[Expr, str, datetime], span: int, limit: int | None
+) -> None:
+    expr, key, after = case
+    assume(expr.fires_ever())
+    until = after.astimezone(UTC) + timedelta(minutes=span)
+    every = cron.fire_times(expr.text, key, after, until)
+    assert every == oracle(expr, key, after, until - after)
+    assert all(earlier < later for earlier, later in pairwise(every))
+    assert cron.count_fire_times(expr.text, key, after, until) == len(every)
+    assert cron.fire_times(expr.text, key, after, until, limit) == every[:limit]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40), st.sampled_from(ZONES) | st.text(max_size=20))
+def test_validate_only_ever_raises_invalid_cron(expression: str, key: str) -> None:
+    try:
+        cron.validate(expression, key)
+    except InvalidCron as exc:
+        assert exc.errors

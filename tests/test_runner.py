@@ -1,0 +1,411 @@
+"""The tick loop on an injected clock: scheduling, claims, retries, overlap, misfire and recovery."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+
+from scheduler_app import claims, journal, scheduler
+from scheduler_app.models import (
+    Execution,
+    ExecutionEvent,
+    ExecutionLog,
+    Status,
+    Task,
+    scheduled_occurrence_id,
+)
+from tests import hooks
+from tests.factories import T0, definition, inline_runner
+
+pytestmark = pytest.mark.django_db
+
+
+def transitions(execution: Execution) -> list[tuple[str, str]]:
+    return list(
+        ExecutionEvent.objects.filter(execution_id=execution.sequence).values_list("from_status", "to_status")
+    )
+
+
+def test_a_due_minute_runs_once_with_a_deterministic_occurrence_id(clock):
+    scheduler.register(definition(params={"result": {"done": 1}}))
+    runner = inline_runner(clock)
+    clock.advance(60)
+    runner.tick()
+    runner.tick()
+    execution = Execution.objects.get()
+    assert execution.occurrence_id == scheduled_occurrence_id("report", T0 + timedelta(minutes=1))
+    assert (execution.status, execution.attempt, execution.result) == (Status.SUCCESS, 1, {"done": 1})
+    assert transitions(execution) == [
+        ("", "pending"),
+        ("pending", "claimed"),
+        ("claimed", "running"),
+        ("running", "success"),
+    ]
+    assert len(hooks.CALLS) == 1
+    context = hooks.CALLS[0].context
+    assert (context.occurrence_id, context.sequence, context.attempt) == (
+        str(execution.occurrence_id),
+        execution.sequence,
+        1,
+    )
+    assert context.execution_token and context.trigger_type == "scheduled"
+    log = ExecutionLog.objects.get()
+    assert (log.status, log.attempt, log.result, log.duration_ms) == ("success", 1, {"done": 1}, 0)
+    assert execution.log_persistence == "persisted"
+    assert Task.objects.get().next_run_at == T0 + timedelta(minutes=2)
+
+
+def test_nothing_runs_before_the_minute(clock):
+    scheduler.register(definition())
+    runner = inline_runner(clock)
+    clock.advance(59)
+    runner.tick()
+    assert not Execution.objects.exists()
+
+
+def test_failures_retry_with_backoff_under_the_same_occurrence(clock):
+    scheduler.register(definition(retry={"max_attempts": 3, "backoff": [10, 60]}, params={"fail": True}))
+    runner = inline_runner(clock)
+    clock.advance(60)
+    runner.tick()
+    execution = Execution.objects.get()
+    assert (execution.status, execution.attempt) == (Status.PENDING, 1)
+    assert execution.due_at == clock.now() + timedelta(seconds=10)
+    clock.advance(9)
+    runner.tick()
+    assert Execution.objects.get().attempt == 1
+    clock.advance(1)
+    runner.tick()
+    execution = Execution.objects.get(sequence=execution.sequence)
+    assert (execution.status, execution.attempt, execution.due_at) == (
+        Status.PENDING,
+        2,
+        clock.now() + timedelta(seconds=60),
+    )
+    clock.advance(60)
+    runner.tick()
+    execution.refresh_from_db()
+    assert (execution.status, execution.attempt) == (Status.FAILED, 3)
+    assert execution.error == {"code": "scheduler:031", "message": "RuntimeError: boom"}
+    logs = ExecutionLog.objects.filter(occurrence_id=execution.occurrence_id).order_by("attempt")
+    assert list(logs.values_list("attempt", "status")) == [(1, "failed"), (2, "failed"), (3, "failed")]
+    # Minutes that came due meanwhile found the serial slot taken: skipped, not queued.
+    later = Execution.objects.exclude(sequence=execution.sequence)
+    assert {(row.status, row.error["reason"]) for row in later} == {("interrupted", "overlap")}
+
+
+def test_a_skipped_attempt_is_interrupted_and_never_retried(clock):
+    scheduler.register(definition(retry={"max_attempts": 5}, params={"skip": True}))
+    runner = inline_runner(clock)
+    clock.advance(60)
+    runner.tick()
+    execution = Execution.objects.get()
+    assert (execution.status, execution.attempt, execution.error["reason"]) == ("interrupted", 1, "skipped")
+
+
+@override_settings(SCHEDULER_APP={})
+def test_a_task_without_handler_or_hook_is_interrupted(clock):
+    scheduler.register(definition(retry={"max_attempts": 3}))
+    runner = inline_runner(clock)
+    clock.advance(60)
+    runner.tick()
+    execution = Execution.objects.get()
+    assert (execution.status, execution.error["reason"]) == ("interrupted", "missing handler")
+
+
+def test_handler_registry_dispatches_by_kind(clock):
+    scheduler.register(definition("ok", handler={"kind": "fake", "result": [1, 2]}))
+    scheduler.register(definition("bad", handler={"kind": "fake", "outcome": "fail"}))
+    runner = inline_runner(clock)
+    clock.advance(60)
+    runner.tick()
+    assert Execution.objects.get(task_id="ok").result == [1, 2]
+    assert Execution.objects.get(task_id="bad").error["code"] == "scheduler:023"
+    assert not hooks.CALLS
+
+
+def test_a_result_that_is_not_json_fails_the_attempt(clock):
+    scheduler.register(definition())
+    runner = inline_runner(clock)
+    with override_settings(SCHEDULER_APP={"HOOKS": {"on_task_execute": "tests.test_runner.returns_a_set"}}):
+        clock.advance(60)
+        runner.tick()
+    assert Execution.objects.get().error == {"code": "scheduler:031", "message": "The result is not JSON."}
+
+
+def returns_a_set(event):
+    return {1, 2}
+
+
+def occupy_slot(task_id: str, status: str = Status.UNKNOWN) -> Execution:
+    return Execution.objects.create(
+        occurrence_id=scheduled_occurrence_id(task_id, T0 - timedelta(days=1)),
+        task_id=task_id,
+        trigger_type="scheduled",
+        due_at=T0,
+        created_at=T0,
+        updated_at=T0,
+        status=status,
+        attempt=1,
+    )
+
+
+def test_overlap_skip_records_the_occurrence_as_interrupted(clock):
+    scheduler.register(definition())
+    occupy_slot("report")
+    runner = inline_runner(clock)
+    clock.advance(60)
+    runner.tick()
+    skipped = Execution.objects.exclude(status=Status.UNKNOWN).get()
+    assert skipped.status == Status.INTERRUPTED and skipped.error["reason"] == "overlap"
+    assert not hooks.CALLS
+    assert ExecutionLog.objects.get().status == "interrupted"
+
+
+def test_overlap_buffer_one_keeps_exactly_one_waiting(clock):
+    scheduler.register(definition(overlap="buffer_one"))
+    occupy_slot("report")
+    runner = inline_runner(clock)
+    for _ in range(3):
+        clock.advance(60)
+        runner.tick()
+    new = Execution.objects.exclude(status=Status.UNKNOWN).order_by("scheduled_for")
+    assert [row.status for row in new] == ["pending", "interrupted", "interrupted"]
+    assert not hooks.CALLS
+
+
+def test_max_concurrency_bounds_claims_and_manual_triggers_wait(clock):
+    scheduler.register(definition(max_concurrency=2, cron="0 0 1 1 *"))
+    occupy_slot("report")
+    for _ in range(3):
+        scheduler.trigger("report")
+    runner = inline_runner(clock)
+    for expected in (1, 2, 3):
+        runner.tick()  # one free slot: one claim per tick
+        assert Execution.objects.filter(status=Status.SUCCESS).count() == expected
+    assert len(hooks.CALLS) == 3
+
+
+def test_claim_respects_the_free_slots(clock):
+    scheduler.register(definition(max_concurrency=2, cron="0 0 1 1 *"))
+    occupy_slot("report")
+    for _ in range(3):
+        scheduler.trigger("report")
+    claimed, _ = claims.claim(clock.now(), "node-x", 10, 30)
+    assert len(claimed) == 1
+    assert Execution.objects.filter(status=Status.PENDING).count() == 2
+
+
+def test_misfire_coalesces_within_grace_and_records_older_fire_times_once(clock):
+    scheduler.register(definition(misfire_grace_seconds=120))
+    runner = inline_runner(clock)
+    clock.set(T0 + timedelta(minutes=10, seconds=30))
+    runner.tick()
+    rows = list(Execution.objects.order_by("scheduled_for"))
+    assert [(row.status, row.scheduled_for) for row in rows] == [
+        ("interrupted", T0 + timedelta(minutes=1)),
+        ("success", T0 + timedelta(minutes=10)),
+    ]
+    assert rows[0].error["message"] == (
+        "misfire: missed 8 fire times between 2026-03-02T09:01Z and 2026-03-02T09:08Z"
+    )
+    assert len(hooks.CALLS) == 1
+    assert Task.objects.get().next_run_at == T0 + timedelta(minutes=11)
+
+
+def test_a_late_tick_within_grace_still_fires_the_missed_minute(clock):
+    scheduler.register(definition(cron="0 * * * *"))
+    runner = inline_runner(clock)
+    clock.set(T0 + timedelta(hours=1, seconds=59))
+    runner.tick()
+    execution = Execution.objects.get()
+    assert (execution.status, execution.scheduled_for) == ("success", T0 + timedelta(hours=1))
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"enabled": False}, "task disabled"),
+        ({"cron": "30 * * * *"}, "rescheduled"),
+        (None, "task deleted"),
+    ],
+)
+def test_the_definition_is_reread_before_each_attempt(clock, change, reason):
+    scheduler.register(definition())
+    runner = inline_runner(clock)
+    clock.advance(60)
+    from scheduler_app import scheduling
+
+    scheduling.schedule_due(clock.now(), "node-a")
+    if change is None:
+        scheduler.unregister("report")
+    else:
+        scheduler.update_task("report", **change)
+    runner.tick()
+    execution = Execution.objects.get()
+    assert execution.status == Status.INTERRUPTED
+    assert execution.error["reason"] == reason
+    assert not hooks.CALLS
+
+
+def test_manual_triggers_run_on_disabled_tasks(clock):
+    scheduler.register(definition(enabled=False))
+    execution = scheduler.trigger("report", source="ops", params={"result": "manual"})
+    runner = inline_runner(clock)
+    runner.tick()
+    execution.refresh_from_db()
+    assert (execution.status, execution.result, execution.trigger_source) == ("success", "manual", "ops")
+
+
+def test_delete_after_run_deletes_after_success_only(clock):
+    scheduler.register(definition("once", delete_after_run=True))
+    scheduler.register(definition("fails", delete_after_run=True, params={"fail": True}))
+    runner = inline_runner(clock)
+    clock.advance(60)
+    runner.tick()
+    assert list(Task.objects.values_list("id", flat=True)) == ["fails"]
+
+
+def test_delete_after_run_spares_a_task_updated_during_the_run(clock):
+    scheduler.register(definition(delete_after_run=True, params={"update_task": {"name": "Changed"}}))
+    runner = inline_runner(clock)
+    clock.advance(60)
+    runner.tick()
+    assert Execution.objects.get().status == Status.SUCCESS
+    assert Task.objects.get().name == "Changed"
+
+
+def expire_lease(clock, runner, task_id="report", *, start=True):
+    """Claim (and maybe start) an attempt as a node that then dies; return it after its lease ran out."""
+    claimed, _ = claims.claim(clock.now(), "dead-node", 1, 30)
+    (claim,) = claimed
+    if start:
+        assert journal.transition(
+            claim.execution.sequence,
+            Status.CLAIMED,
+            Status.RUNNING,
+            at=clock.now(),
+            reason="started",
+            token=claim.token,
+            attempt=claim.execution.attempt,
+            fields={"started_at": clock.now()},
+        )
+    clock.advance(31)
+    return claim
+
+
+def test_a_claim_that_never_started_is_simply_claimed_again(clock):
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    scheduler.trigger("report")
+    runner = inline_runner(clock)
+    dead = expire_lease(clock, runner, start=False)
+    runner.tick()  # recovery: claimed -> pending
+    runner.tick()  # claim and run
+    execution = Execution.objects.get()
+    assert (execution.status, execution.attempt) == ("success", 1)
+    assert hooks.CALLS[0].context.attempt == 1
+    assert not journal.transition(
+        execution.sequence, Status.CLAIMED, Status.RUNNING, at=clock.now(), reason="late", token=dead.token
+    )
+
+
+def test_a_lost_running_attempt_of_a_non_idempotent_task_becomes_unknown(clock):
+    scheduler.register(definition(cron="0 0 1 1 *", retry={"max_attempts": 3}))
+    scheduler.trigger("report")
+    runner = inline_runner(clock)
+    dead = expire_lease(clock, runner)
+    runner.tick()
+    runner.tick()
+    execution = Execution.objects.get()
+    assert (execution.status, execution.attempt) == ("unknown", 1)
+    assert not hooks.CALLS
+    assert ExecutionLog.objects.get().status == "unknown"
+    late = Execution.objects.fenced(execution.sequence, dead.token).update(status="success")
+    assert late == 0
+
+
+def test_a_lost_running_attempt_of_an_idempotent_task_runs_again_as_attempt_two(clock):
+    scheduler.register(definition(cron="0 0 1 1 *", idempotent=True, retry={"max_attempts": 2}))
+    execution = scheduler.trigger("report")
+    runner = inline_runner(clock)
+    expire_lease(clock, runner)
+    runner.tick()
+    runner.tick()
+    execution.refresh_from_db()
+    assert (execution.status, execution.attempt) == ("success", 2)
+    assert [call.context.occurrence_id for call in hooks.CALLS] == [str(execution.occurrence_id)]
+    assert list(ExecutionLog.objects.order_by("attempt").values_list("attempt", "status")) == [
+        (1, "unknown"),
+        (2, "success"),
+    ]
+
+
+def test_an_idempotent_task_without_attempts_left_becomes_unknown(clock):
+    scheduler.register(definition(cron="0 0 1 1 *", idempotent=True))
+    scheduler.trigger("report")
+    runner = inline_runner(clock)
+    expire_lease(clock, runner)
+    runner.tick()
+    assert Execution.objects.get().status == "unknown"
+
+
+def test_unknown_holds_the_serial_slot_until_resolved(clock):
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    first = scheduler.trigger("report")
+    runner = inline_runner(clock)
+    expire_lease(clock, runner)
+    runner.tick()
+    second = scheduler.trigger("report")
+    runner.tick()
+    second.refresh_from_db()
+    assert second.status == Status.PENDING
+    first.refresh_from_db()
+    scheduler.executions.resolve_unknown(
+        first.occurrence_id, "discarded", expected_updated_at=first.updated_at
+    )
+    runner.tick()
+    second.refresh_from_db()
+    assert second.status == Status.SUCCESS
+
+
+def test_request_stop_ends_a_pending_execution_at_once(clock):
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    execution = scheduler.trigger("report")
+    stopped = scheduler.executions.request_stop(execution.occurrence_id, by="alice")
+    assert (stopped.status, stopped.error["reason"]) == ("interrupted", "stop requested")
+    inline_runner(clock).tick()
+    assert not hooks.CALLS
+    assert ExecutionLog.objects.get().status == "interrupted"
+
+
+def test_a_stop_requested_between_claim_and_start_interrupts_without_running(clock):
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    execution = scheduler.trigger("report")
+    runner = inline_runner(clock)
+    claimed, _ = claims.claim(clock.now(), runner.node_id, 1, 30)
+    scheduler.executions.request_stop(execution.occurrence_id)
+    from scheduler_app.attempt import Attempt, run_attempt
+
+    run_attempt(Attempt(claimed[0]), runner.node_id, clock)
+    execution.refresh_from_db()
+    assert execution.status == "interrupted" and not hooks.CALLS
+
+
+def test_an_idle_tick_is_one_query_whatever_the_number_of_tasks(clock, django_assert_num_queries):
+    def define(count: int) -> None:
+        Task.objects.all().delete()
+        Task.objects.bulk_create(
+            Task(id=f"t{i}", name="t", cron="0 0 1 1 *", next_run_at=T0 + timedelta(days=300))
+            for i in range(count)
+        )
+
+    runner = inline_runner(clock)
+    runner.tick()
+    define(10)
+    with django_assert_num_queries(1):
+        runner.tick()
+    define(10_000)
+    with django_assert_num_queries(1):
+        runner.tick()

@@ -1,0 +1,95 @@
+"""Manual triggers: idempotency keys, params, waiting, and get_logs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from scheduler_app import scheduler
+from scheduler_app.exceptions import Conflict, InvalidDefinition, TaskNotFound
+from scheduler_app.models import Execution, ExecutionEvent, manual_occurrence_id
+from tests.factories import T0, definition, inline_runner
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_same_idempotency_key_returns_the_same_execution():
+    scheduler.register(definition(params={"a": 1}))
+    first = scheduler.trigger("report", source="billing", idempotency_key="2026-10", params={"b": 2})
+    again = scheduler.trigger("report", source="billing", idempotency_key="2026-10", params={"b": 2})
+    assert first.occurrence_id == again.occurrence_id == manual_occurrence_id("report", "2026-10")
+    assert Execution.objects.count() == 1
+    assert ExecutionEvent.objects.get().reason == "triggered by billing"
+
+
+def test_the_same_key_with_other_params_is_a_conflict():
+    scheduler.register(definition())
+    scheduler.trigger("report", idempotency_key="k", params={"b": 2})
+    with pytest.raises(Conflict) as caught:
+        scheduler.trigger("report", idempotency_key="k", params={"b": 3})
+    assert caught.value.code == "scheduler:041"
+    with pytest.raises(Conflict):
+        scheduler.trigger("report", idempotency_key="k")
+    assert Execution.objects.count() == 1
+
+
+def test_trigger_params_merge_shallowly_over_the_task_params_for_that_execution_only():
+    scheduler.register(definition(params={"a": 1, "nested": {"x": 1}}))
+    execution = scheduler.trigger("report", params={"nested": {"y": 2}, "c": 3})
+    assert execution.params == {"a": 1, "nested": {"y": 2}, "c": 3}
+    assert scheduler.trigger("report").params == {"a": 1, "nested": {"x": 1}}
+
+
+def test_triggers_without_key_are_distinct():
+    scheduler.register(definition())
+    assert scheduler.trigger("report").occurrence_id != scheduler.trigger("report").occurrence_id
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"params": [1]}, {"idempotency_key": ""}, {"idempotency_key": "k" * 129}, {"wait": -1}, {"source": 5}],
+)
+def test_bad_trigger_input_is_refused_and_writes_nothing(kwargs):
+    scheduler.register(definition())
+    with pytest.raises(InvalidDefinition):
+        scheduler.trigger("report", **kwargs)
+    assert not Execution.objects.exists()
+
+
+def test_trigger_of_an_unknown_task_raises_not_found():
+    with pytest.raises(TaskNotFound):
+        scheduler.trigger("ghost")
+
+
+def test_trigger_wait_returns_at_the_deadline_when_nothing_runs():
+    scheduler.register(definition())
+    execution = scheduler.trigger("report", wait=0.05)
+    assert execution.status == "pending"
+
+
+def test_get_logs_filters_and_paginates(clock):
+    scheduler.register(definition("a", cron="0 0 1 1 *"))
+    scheduler.register(definition("b", cron="0 0 1 1 *", params={"fail": True}))
+    for _ in range(3):
+        scheduler.trigger("a", source="ops")
+    scheduler.trigger("b")
+    runner = inline_runner(clock)
+    for _ in range(3):
+        runner.tick()
+    page = scheduler.get_logs(task_id="a", page=1, page_size=2)
+    assert (page.count, len(page.results), page.has_next) == (3, 2, True)
+    assert scheduler.get_logs(task_id="a", page=2, page_size=2).results[0].task_id == "a"
+    assert [log.task_id for log in scheduler.get_logs(status="failed").results] == ["b"]
+    assert scheduler.get_logs(trigger_source="ops").count == 3
+    assert scheduler.get_logs(started_after=T0 + timedelta(seconds=1)).count == 0
+    assert scheduler.get_logs(started_before=T0 + timedelta(seconds=1), trigger_type="manual").count == 4
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"status": "nope"}, {"page": 0}, {"page_size": 501}, {"trigger_type": "x"}, {"started_after": "x"}],
+)
+def test_get_logs_refuses_bad_filters(kwargs):
+    with pytest.raises(InvalidDefinition):
+        scheduler.get_logs(**kwargs)
