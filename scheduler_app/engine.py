@@ -178,6 +178,11 @@ class Runner:
         if self._listener is not None:
             self._listener.stop()
         if self._pool is not None:
+            logger.warning(
+                "stopping: draining %s attempts for up to %ss (signal again to exit at once)",
+                len(self.in_flight),
+                self.drain_seconds,
+            )
             drained = self._pool.stop(self.drain_seconds)
             if not drained:
                 logger.warning("drain timed out with %s attempts in flight", len(self.in_flight))

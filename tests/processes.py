@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -30,6 +31,17 @@ class RunnerProcess:
         }
         command = [sys.executable, "-m", "django", "run_scheduler", "--node-id", node_id, *args]
         self.process = subprocess.Popen(command, cwd=ROOT, env=environment, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+
+    def _read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    def output(self) -> str:
+        return "".join(self.lines)
 
     @property
     def pid(self) -> int:
@@ -52,11 +64,7 @@ class RunnerProcess:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
-        if self.process.stderr:
-            self.process.stderr.close()
-
-    def stderr_text(self) -> str:
-        return self.process.stderr.read() if self.process.stderr and self.process.poll() is not None else ""
+        self._reader.join(5)
 
 
 def side_effect_lines(folder: Path) -> list[str]:

@@ -156,6 +156,7 @@ def test_a_second_signal_exits_at_once(runners, tmp_path):
     execution = scheduler.trigger("report", params={"block": 600, "ignore_cancel": True})
     wait_for(lambda: execution_of(execution.occurrence_id).status == Status.RUNNING)
     runner.signal(signal.SIGTERM)
+    wait_for(lambda: "draining" in runner.output())
     runner.signal(signal.SIGTERM)
     assert runner.process.wait(10) != 0
 
