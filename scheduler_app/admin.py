@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from scheduler_app.logs import log_alias
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Runner, Task
 
 
@@ -62,6 +64,9 @@ class ExecutionLogAdmin(ReadOnlyAdmin):
     )
     list_filter = ("status", "trigger_type")
     search_fields = ("task_id",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ExecutionLog]:
+        return super().get_queryset(request).using(log_alias())
 
 
 @admin.register(Runner)

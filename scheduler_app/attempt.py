@@ -53,6 +53,11 @@ class Outcome:
     error: dict[str, str] | None = None
 
 
+STOPPED = Outcome(
+    Status.INTERRUPTED, "stop requested", error={"reason": "stop requested", "message": "stop requested"}
+)
+
+
 def safe_message(exc: BaseException) -> str:
     """A short message for the journal; database errors never leak their SQL or driver text."""
     if isinstance(exc, DatabaseLibraryError):
@@ -71,7 +76,6 @@ def call_handler(event: TaskEvent) -> Outcome:
         if handler is None:
             raise MissingHandler("The task's handler kind is not installed.")
         result = handler.run(event)
-        json.dumps(result, allow_nan=False)
     except TaskSkipped as exc:
         return Outcome(
             Status.INTERRUPTED,
@@ -84,16 +88,15 @@ def call_handler(event: TaskEvent) -> Outcome:
         )
     except HandlerError as exc:
         return Outcome(Status.FAILED, "failed", error={"code": exc.code, "message": exc.message[:1000]})
-    except (TypeError, ValueError) as exc:
-        if "JSON" in str(exc) or "serializable" in str(exc):
-            return Outcome(
-                Status.FAILED, "failed", error={"code": failure_code, "message": "The result is not JSON."}
-            )
-        logger.exception("attempt of %s failed", event.context.occurrence_id)
-        return Outcome(Status.FAILED, "failed", error={"code": failure_code, "message": safe_message(exc)})
     except Exception as exc:
         logger.exception("attempt of %s failed", event.context.occurrence_id)
         return Outcome(Status.FAILED, "failed", error={"code": failure_code, "message": safe_message(exc)})
+    try:
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError):
+        return Outcome(
+            Status.FAILED, "failed", error={"code": failure_code, "message": "The result is not JSON."}
+        )
     return Outcome(Status.SUCCESS, "succeeded", result=result)
 
 
@@ -103,17 +106,20 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
     number = execution.attempt
     now = clock.now()
     if attempt.cancelled.is_set():
-        journal.transition(
-            execution.sequence,
-            Status.CLAIMED,
-            Status.PENDING,
-            at=now,
-            token=token,
-            node=node,
-            attempt=number,
-            reason=f"released before start: {attempt.cancel_reason}",
-            fields={"owner": "", "execution_token": "", "lease_expires_at": None, "attempt": number - 1},
-        )
+        if attempt.cancel_reason.startswith("stop requested"):
+            _finish(attempt, node, clock, STOPPED, from_status=Status.CLAIMED)
+        else:
+            journal.transition(
+                execution.sequence,
+                Status.CLAIMED,
+                Status.PENDING,
+                at=now,
+                token=token,
+                node=node,
+                attempt=number,
+                reason=f"released before start: {attempt.cancel_reason}",
+                fields={"owner": "", "execution_token": "", "lease_expires_at": None, "attempt": number - 1},
+            )
         return
     started = journal.transition(
         execution.sequence,
@@ -128,12 +134,7 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
         extra_filter={"stop_requested": False},
     )
     if not started:
-        stop = Outcome(
-            Status.INTERRUPTED,
-            "stop requested",
-            error={"reason": "stop requested", "message": "stop requested"},
-        )
-        _finish(attempt, node, clock, stop, from_status=Status.CLAIMED)
+        _finish(attempt, node, clock, STOPPED, from_status=Status.CLAIMED)
         return
     execution.started_at = now
     context = ExecutionContext(
@@ -153,7 +154,7 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
             logger.warning("lease lost for %s; the attempt writes nothing more", execution.occurrence_id)
             return
         reason = attempt.cancel_reason
-        outcome = Outcome(Status.INTERRUPTED, reason, error={"reason": "cancelled", "message": reason})
+        outcome = Outcome(Status.INTERRUPTED, reason, error={"reason": reason, "message": reason})
     finished = _finish(attempt, node, clock, outcome, from_status=Status.RUNNING, event=event)
     if finished and outcome.status == Status.SUCCESS and task.delete_after_run:
         # Matching the revision spares a definition updated while the attempt ran.
@@ -222,7 +223,11 @@ def _finish(
     log = logs.build_log(
         execution, task.name, number, log_status, started_at, now, outcome.result, outcome.error
     )
-    logs.write_and_confirm(execution, [log])
+    if number > 1:
+        # Later attempts rebuild every row, so a log lost at an earlier attempt heals here.
+        logs.rebuild_and_confirm(execution)
+    else:
+        logs.write_and_confirm(execution, [log])
     if event is not None:
         event.log = log
         notify("on_task_interrupted" if outcome.status == Status.INTERRUPTED else "on_task_finish", event)

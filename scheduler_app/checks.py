@@ -10,6 +10,7 @@ from django.utils.module_loading import import_string
 
 from scheduler_app.conf import DEFAULTS, scheduler_settings
 from scheduler_app.exceptions import InvalidDefinition
+from scheduler_app.handlers.hooks import HOOK_NAMES
 
 POSITIVE_NUMBERS = ("TICK_INTERVAL", "LEASE_SECONDS", "WORKERS", "DRAIN_SECONDS")
 OPTIONAL_POSITIVE_INTS = ("MAX_LOGS", "RETENTION_DAYS")
@@ -45,9 +46,18 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if not isinstance(scheduler_settings.WORKERS, int) or isinstance(scheduler_settings.WORKERS, bool):
         messages.append(Error("SCHEDULER_APP['WORKERS'] must be an integer.", id="scheduler_app.E001"))
     grace = scheduler_settings.MISFIRE_GRACE_SECONDS
-    if not _is_number(grace) or grace < 0:
+    if not _is_number(grace) or grace < 1:
         messages.append(
-            Error("SCHEDULER_APP['MISFIRE_GRACE_SECONDS'] must be a number >= 0.", id="scheduler_app.E001")
+            Error("SCHEDULER_APP['MISFIRE_GRACE_SECONDS'] must be a number >= 1.", id="scheduler_app.E001")
+        )
+    hooks = scheduler_settings.HOOKS
+    if isinstance(hooks, dict) and set(hooks) - set(HOOK_NAMES):
+        messages.append(
+            Error(
+                f"Unknown SCHEDULER_APP['HOOKS'] names: {', '.join(sorted(set(hooks) - set(HOOK_NAMES)))}.",
+                hint=f"Known hooks: {', '.join(HOOK_NAMES)}.",
+                id="scheduler_app.E003",
+            )
         )
     for name in OPTIONAL_POSITIVE_INTS:
         value = getattr(scheduler_settings, name)
@@ -69,8 +79,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if redis_url and not str(redis_url).startswith(("redis://", "rediss://", "unix://")):
         messages.append(
             Warning(
-                "SCHEDULER_APP['REDIS_URL'] is not a redis:// URL; wake-ups are disabled.",
-                hint="Use redis://host:6379/0 or leave it unset.",
+                "SCHEDULER_APP['REDIS_URL'] is not a redis://, rediss:// or unix:// URL; wake-ups will fail.",
+                hint="Use redis://host:6379/0 or leave it unset (runners then find work at their next tick).",
                 id="scheduler_app.W001",
             )
         )

@@ -60,9 +60,13 @@ def _why_not_runnable(execution: Execution, task: Task | None) -> str | None:
     if execution.trigger_type == TriggerType.SCHEDULED:
         if not task.enabled:
             return "task disabled"
-        if execution.scheduled_for is None or not cron.matches(
-            task.cron, task.timezone, execution.scheduled_for
-        ):
+        try:
+            still_due = execution.scheduled_for is not None and cron.matches(
+                task.cron, task.timezone, execution.scheduled_for
+            )
+        except ValueError:
+            still_due = False
+        if not still_due:
             return "rescheduled: the occurrence no longer matches the cron expression"
     return None
 
@@ -102,27 +106,9 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
             task = tasks.get(row.task_id)
             reason = _why_not_runnable(row, task)
             if reason is not None:
-                fields = {
-                    "finished_at": now,
-                    "error": {"reason": reason.split(":", 1)[0], "message": reason},
-                    "log_persistence": LogPersistence.PENDING,
-                }
-                if Execution.objects.filter(sequence=row.sequence, status=Status.PENDING).update(
-                    status=Status.INTERRUPTED, updated_at=now, **fields
-                ):
-                    events.append(
-                        journal.event(
-                            row.sequence,
-                            now,
-                            Status.PENDING,
-                            Status.INTERRUPTED,
-                            reason,
-                            node=node,
-                            attempt=row.attempt,
-                        )
-                    )
-                    row.status, row.updated_at = Status.INTERRUPTED, now
-                    row.finished_at, row.error = fields["finished_at"], fields["error"]
+                ended_event = interrupt_pending(row, now, reason, node)
+                if ended_event is not None:
+                    events.append(ended_event)
                     ended.append(Ended(row, task.name if task else row.task_id, Status.INTERRUPTED))
                 continue
             assert task is not None
@@ -157,6 +143,32 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
             claims.append(Claim(row, task, token))
         journal.append(events)
     return claims, ended
+
+
+def interrupt_pending(row: Execution, now: datetime, reason: str, node: str) -> ExecutionEvent | None:
+    """End a pending execution without running it; returns the event to append, None if it moved on.
+
+    A retry that waited counts as the attempt it prevents, so the failed
+    attempt before it keeps its own log row.
+    """
+    attempt = row.attempt + 1 if row.attempt else 0
+    error = {"reason": reason.split(":", 1)[0], "message": reason}
+    fields = {
+        "finished_at": now,
+        "error": error,
+        "attempt": attempt,
+        "started_at": None,
+        "log_persistence": LogPersistence.PENDING,
+    }
+    if not Execution.objects.filter(sequence=row.sequence, status=Status.PENDING).update(
+        status=Status.INTERRUPTED, updated_at=now, **fields
+    ):
+        return None
+    row.status, row.updated_at, row.finished_at = Status.INTERRUPTED, now, now
+    row.error, row.attempt, row.started_at = error, attempt, None
+    return journal.event(
+        row.sequence, now, Status.PENDING, Status.INTERRUPTED, reason, node=node, attempt=attempt, error=error
+    )
 
 
 def recover_expired(now: datetime, node: str, batch: int = 100) -> list[Ended]:

@@ -172,9 +172,9 @@ def validate_fields(data: dict[str, Any], errors: Errors) -> dict[str, Any]:
         values["overlap"] = data["overlap"]
     if "misfire_grace_seconds" in data:
         value = data["misfire_grace_seconds"]
-        if value is not None and (not _is_int(value) or not 0 <= value <= 86400 * 31):
+        if value is not None and (not _is_int(value) or not 1 <= value <= 86400 * 31):
             errors.setdefault("misfire_grace_seconds", []).append(
-                "Must be null or an integer number of seconds up to 31 days."
+                "Must be null or an integer number of seconds from 1 to 31 days."
             )
         values["misfire_grace_seconds"] = value
     return values

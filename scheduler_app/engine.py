@@ -156,6 +156,10 @@ class Runner:
                     db.drop_broken_connections()
                     backoff = min(MAX_BACKOFF, max(self.tick_interval, backoff * 2 or 1.0))
                     logger.warning("database unavailable; next try in %.1fs", backoff)
+                except Exception:
+                    # A bug or bad row must not kill the runner; it retries with backoff.
+                    backoff = min(MAX_BACKOFF, max(self.tick_interval, backoff * 2 or 1.0))
+                    logger.exception("tick failed; next try in %.1fs", backoff)
                 if once:
                     self.wait_idle(self.drain_seconds)
                     break

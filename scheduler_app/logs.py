@@ -135,6 +135,16 @@ def write_and_confirm(execution: Execution, rows: Sequence[ExecutionLog]) -> boo
     return True
 
 
+def rebuild_and_confirm(execution: Execution) -> bool:
+    """Rebuild every log row of an execution from its journal; False if the log database refused."""
+    try:
+        repair(execution.occurrence_id)
+    except DatabaseError:
+        logger.warning("log write failed for %s; left pending for repair", execution.occurrence_id)
+        return False
+    return True
+
+
 def repair(occurrence_id: uuid.UUID) -> list[ExecutionLog]:
     """Rebuild one execution's log rows from its journal; serialised per execution."""
     with transaction.atomic():

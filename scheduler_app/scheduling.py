@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count
 
 from scheduler_app import cron, journal
@@ -21,6 +22,7 @@ from scheduler_app.models import (
 )
 
 BATCH = 500
+logger = logging.getLogger("scheduler_app")
 ONE_MICROSECOND = timedelta(microseconds=1)
 
 
@@ -42,16 +44,30 @@ def plan(task: Task, now: datetime, default_grace: int) -> Plan:
     cutoff = now - timedelta(seconds=grace)
     start = task.next_run_at - ONE_MICROSECOND
     within = cron.fire_times(task.cron, task.timezone, max(start, cutoff - ONE_MICROSECOND), now)
-    missed: list[datetime] = []
+    missed = first = last = None
     if start < cutoff - ONE_MICROSECOND:
-        missed = cron.fire_times(task.cron, task.timezone, start, cutoff - ONE_MICROSECOND)
+        missed = cron.count_fire_times(task.cron, task.timezone, start, cutoff - ONE_MICROSECOND)
+        if missed:
+            first = cron.next_fire_time(task.cron, task.timezone, start)
+            last = _last_fire_before(task, cutoff, start)
     return Plan(
         fire=within[-1] if within else None,
-        missed=len(missed),
-        missed_first=missed[0] if missed else None,
-        missed_last=missed[-1] if missed else None,
+        missed=missed or 0,
+        missed_first=first,
+        missed_last=last,
         next_run_at=cron.next_fire_time(task.cron, task.timezone, now),
     )
+
+
+def _last_fire_before(task: Task, cutoff: datetime, floor: datetime) -> datetime | None:
+    """The latest fire time in (floor, cutoff), found in windows that double backwards."""
+    window = timedelta(hours=1)
+    while True:
+        low = max(floor, cutoff - window)
+        found = cron.fire_times(task.cron, task.timezone, low, cutoff - ONE_MICROSECOND)
+        if found or low == floor:
+            return found[-1] if found else None
+        window *= 2
 
 
 def _new_execution(task: Task, scheduled_for: datetime, now: datetime, status: str) -> Execution:
@@ -84,19 +100,21 @@ def _counts(task_ids: list[str], **filters: object) -> dict[str, int]:
 
 def _insert(executions: list[Execution]) -> list[Execution]:
     """Insert new occurrences; the unique occurrence_id makes a repeated insert a no-op."""
-    try:
-        with transaction.atomic():
-            return Execution.objects.bulk_create(executions)
-    except IntegrityError:
-        created = []
-        for execution in executions:
-            try:
-                with transaction.atomic():
-                    execution.save(force_insert=True)
-            except IntegrityError:
-                continue
-            created.append(execution)
-        return created
+    if connection.features.can_return_rows_from_bulk_insert:
+        try:
+            with transaction.atomic():
+                return Execution.objects.bulk_create(executions)
+        except IntegrityError:
+            pass
+    created = []
+    for execution in executions:
+        try:
+            with transaction.atomic():
+                execution.save(force_insert=True)
+        except IntegrityError:
+            continue
+        created.append(execution)
+    return created
 
 
 def schedule_due(now: datetime, node: str) -> list[tuple[Execution, str, str]]:
@@ -134,7 +152,13 @@ def _schedule_batch(now: datetime, node: str) -> _Batch:
         waiting = _counts(ids, status=Status.PENDING, trigger_type=TriggerType.SCHEDULED)
         rows: list[tuple[Execution, str, str]] = []
         for task in tasks:
-            step = plan(task, now, default_grace)
+            try:
+                step = plan(task, now, default_grace)
+            except ValueError:
+                # A definition stored around validation (raw SQL, a bad fixture) must not stall the others.
+                logger.error("task %s has an invalid schedule; it will not fire until fixed", task.id)
+                task.next_run_at = None
+                continue
             if step.missed and step.missed_first and step.missed_last:
                 reason = (
                     f"misfire: missed {step.missed} fire time{'s' if step.missed != 1 else ''} between "

@@ -19,7 +19,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduler_app import cron, definitions, journal, logs, wakeup
+from scheduler_app import claims, cron, definitions, journal, logs, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import (
     Conflict,
@@ -148,22 +148,14 @@ class Executions:
         """Stop an execution: pending ones end now, running ones within one lease renewal."""
         execution = self.get(occurrence_id)
         now = timezone.now()
-        reason = "stop requested" + (f" by {by}" if by else "")
+        reason = "stop requested" + (f": by {by}" if by else "")
         with storage_errors():
             if execution.status == Status.PENDING:
-                error = {"reason": "stop requested", "message": reason}
-                if journal.transition(
-                    execution.sequence,
-                    Status.PENDING,
-                    Status.INTERRUPTED,
-                    at=now,
-                    reason=reason,
-                    token=None,
-                    node=by,
-                    attempt=execution.attempt,
-                    fields={"finished_at": now, "error": error, "log_persistence": LogPersistence.PENDING},
-                    error=error,
-                ):
+                with transaction.atomic():
+                    event = claims.interrupt_pending(execution, now, reason, by)
+                    if event is not None:
+                        journal.append([event])
+                if event is not None:
                     _refresh_logs(execution.occurrence_id)
                     return self.get(occurrence_id)
                 execution = self.get(occurrence_id)
@@ -184,10 +176,8 @@ class Scheduler:
     # -- definitions ------------------------------------------------------------
 
     def register(self, definition: dict[str, Any]) -> Task:
-        values = definitions.validate_definition(definition)
-        now = timezone.now()
-        task = Task(**values)
-        task.next_run_at = cron.next_fire_time(task.cron, task.timezone, now)
+        task = Task(**definitions.validate_definition(definition))
+        task.next_run_at = _next_run(task)
         with storage_errors():
             try:
                 with transaction.atomic():
@@ -208,13 +198,7 @@ class Scheduler:
             values = definitions.validate_changes(data)
             if "cron" in changes and "timezone" not in changes:
                 definitions.raise_if_errors(_cron_errors(values["cron"], task.timezone))
-            for field, value in values.items():
-                setattr(task, field, value)
-            if task.timezone is None:
-                task.timezone = ""
-            task.revision += 1
-            task.next_run_at = cron.next_fire_time(task.cron, task.timezone, timezone.now())
-            task.save()
+            _apply(task, values)
         return task
 
     def unregister(self, task_id: str) -> None:
@@ -224,21 +208,24 @@ class Scheduler:
             raise TaskNotFound()
 
     def refresh_tasks(self) -> list[Task]:
-        """Sync SCHEDULER_APP["TASKS"] into the database; all or nothing."""
+        """Make the tasks declared in SCHEDULER_APP["TASKS"] match their declarations; all or nothing.
+
+        A declaration is the whole definition: fields it leaves out take their
+        defaults. Tasks not declared there are left alone.
+        """
         declared = validate_declared_tasks(scheduler_settings.TASKS)
         synced = []
         with storage_errors(), transaction.atomic():
             for definition in declared:
-                existing = Task.objects.filter(id=definition["id"]).first()
+                wanted = Task(**definitions.validate_definition(definition))
+                existing = Task.objects.select_for_update().filter(id=wanted.id).first()
                 if existing is None:
-                    synced.append(self.register(definition))
-                    continue
-                current = existing.to_definition()
-                wanted = {**current, **{k: v for k, v in definition.items()}}
-                if "retry" in definition:
-                    wanted["retry"] = _retry_shape(definition["retry"])
-                changes = {k: wanted[k] for k in wanted if k != "id" and wanted[k] != current[k]}
-                synced.append(self.update_task(existing.id, **changes) if changes else existing)
+                    wanted.next_run_at = _next_run(wanted)
+                    wanted.save(force_insert=True)
+                    synced.append(wanted)
+                else:
+                    _apply(existing, {field: getattr(wanted, field) for field in DEFINITION_FIELDS})
+                    synced.append(existing)
         return synced
 
     # -- executions ------------------------------------------------------------
@@ -362,6 +349,43 @@ class Scheduler:
         return LogPage(results=results, count=count, page=page, page_size=page_size)
 
 
+DEFINITION_FIELDS = (
+    "name",
+    "description",
+    "cron",
+    "timezone",
+    "enabled",
+    "delete_after_run",
+    "idempotent",
+    "retry_max_attempts",
+    "retry_backoff",
+    "params",
+    "handler",
+    "max_concurrency",
+    "overlap",
+    "misfire_grace_seconds",
+)
+SCHEDULE_FIELDS = frozenset({"cron", "timezone", "enabled"})
+
+
+def _next_run(task: Task) -> datetime:
+    return cron.next_fire_time(task.cron, task.timezone, timezone.now())
+
+
+def _apply(task: Task, values: dict[str, Any]) -> bool:
+    """Save the fields that differ, bump the revision; the next run moves only if the schedule changed."""
+    changed = {field: value for field, value in values.items() if getattr(task, field) != value}
+    if not changed:
+        return False
+    for field, value in changed.items():
+        setattr(task, field, value)
+    task.revision += 1
+    if SCHEDULE_FIELDS & set(changed):
+        task.next_run_at = _next_run(task)
+    task.save()
+    return True
+
+
 def _refresh_logs(occurrence_id: Any) -> None:
     # The journal change is committed; a failed log write leaves log_persistence
     # pending, where list_log_failures() shows it for repair.
@@ -378,11 +402,6 @@ def _uuid(value: Any) -> Any:
         return uuid.UUID(str(value))
     except ValueError:
         raise ExecutionNotFound() from None
-
-
-def _retry_shape(retry: Any) -> dict[str, Any]:
-    attempts, backoff = definitions.normalise_retry(retry, {})
-    return {"max_attempts": attempts, "backoff": backoff}
 
 
 def _cron_errors(expression: str, zone: str) -> dict[str, list[str]]:

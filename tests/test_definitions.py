@@ -196,3 +196,46 @@ def test_next_run_ignores_the_node_timezone():
         task = scheduler.register(definition(cron="0 12 * * *"))
     assert task.next_run_at.astimezone(UTC).hour == 12
     assert task.next_run_at > datetime(2020, 1, 1, tzinfo=UTC)
+
+
+def test_update_without_a_real_change_keeps_the_revision():
+    scheduler.register(definition(name="Same"))
+    assert scheduler.update_task("report", name="Same").revision == 1
+
+
+def test_changing_only_the_name_keeps_a_due_next_run():
+    task = scheduler.register(definition(cron="0 0 1 1 *"))
+    Task.objects.filter(id="report").update(next_run_at=datetime(2020, 1, 1, tzinfo=UTC))
+    scheduler.update_task("report", name="Renamed")
+    assert Task.objects.get().next_run_at == datetime(2020, 1, 1, tzinfo=UTC)
+    scheduler.update_task("report", cron="0 0 2 1 *")
+    assert Task.objects.get().next_run_at > task.next_run_at
+
+
+@override_settings(
+    SCHEDULER_APP={
+        "TASKS": [{"id": "a", "cron": " 0  *  * * * ", "timezone": None, "params": None, "retry": None}]
+    }
+)
+def test_refresh_tasks_compares_normalised_definitions():
+    scheduler.refresh_tasks()
+    scheduler.refresh_tasks()
+    task = Task.objects.get()
+    assert (task.cron, task.timezone, task.params, task.revision) == ("0 * * * *", "", {}, 1)
+
+
+def test_refresh_tasks_resets_fields_a_declaration_no_longer_sets():
+    declared = definition("a", retry={"max_attempts": 3, "backoff": [5]}, description="old")
+    with override_settings(SCHEDULER_APP={"TASKS": [declared]}):
+        scheduler.refresh_tasks()
+    with override_settings(SCHEDULER_APP={"TASKS": [definition("a")]}):
+        scheduler.refresh_tasks()
+    task = Task.objects.get()
+    assert (task.retry_max_attempts, task.retry_backoff, task.description, task.revision) == (1, [], "", 2)
+
+
+@override_settings(SCHEDULER_APP={"HANDLERS": {"broken": "tests.nowhere.Handler"}})
+def test_a_handler_kind_that_cannot_be_imported_is_unknown_not_a_crash():
+    with pytest.raises(InvalidDefinition) as caught:
+        scheduler.register(definition(handler={"kind": "broken"}))
+    assert "handler.kind" in caught.value.errors

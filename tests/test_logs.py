@@ -35,7 +35,7 @@ def broken_log_database():
                 "USER": "nobody",
                 "PASSWORD": "s3cret-password",
                 "OPTIONS": {"connect_timeout": 1},
-            }
+            },
         }
     )["broken"]
     connections["broken"] = load_backend(settings["ENGINE"]).DatabaseWrapper(settings, "broken")

@@ -409,3 +409,75 @@ def test_an_idle_tick_is_one_query_whatever_the_number_of_tasks(clock, django_as
     define(10_000)
     with django_assert_num_queries(1):
         runner.tick()
+
+
+def test_a_retry_interrupted_before_it_runs_keeps_the_failed_attempt_log(clock):
+    scheduler.register(definition(retry={"max_attempts": 3, "backoff": [60]}, params={"fail": True}))
+    runner = inline_runner(clock)
+    clock.advance(60)
+    runner.tick()
+    execution = Execution.objects.get()
+    scheduler.update_task("report", enabled=False)
+    clock.advance(60)
+    runner.tick()
+    execution.refresh_from_db()
+    assert (execution.status, execution.attempt, execution.error["reason"]) == (
+        "interrupted",
+        2,
+        "task disabled",
+    )
+    logs = ExecutionLog.objects.filter(occurrence_id=execution.occurrence_id).order_by("attempt")
+    assert list(logs.values_list("attempt", "status")) == [(1, "failed"), (2, "interrupted")]
+
+
+def test_a_stored_definition_with_a_broken_cron_does_not_stall_the_others(clock, caplog):
+    scheduler.register(definition("good"))
+    scheduler.register(definition("bad"))
+    Task.objects.filter(id="bad").update(cron="not a cron")
+    runner = inline_runner(clock)
+    clock.advance(60)
+    runner.tick()
+    assert Execution.objects.get().task_id == "good"
+    assert Task.objects.get(id="bad").next_run_at is None
+    assert "bad has an invalid schedule" in caplog.text
+
+
+def test_an_error_inside_the_hook_that_mentions_json_is_reported_as_is(clock):
+    scheduler.register(definition())
+    runner = inline_runner(clock)
+    with override_settings(
+        SCHEDULER_APP={"HOOKS": {"on_task_execute": "tests.test_runner.raises_value_error"}}
+    ):
+        clock.advance(60)
+        runner.tick()
+    assert Execution.objects.get().error["message"] == "ValueError: payload is not JSON serializable"
+
+
+def raises_value_error(event):
+    raise ValueError("payload is not JSON serializable")
+
+
+def test_a_log_lost_at_an_earlier_attempt_is_rebuilt_by_a_later_one(clock, monkeypatch):
+    from scheduler_app import logs
+
+    scheduler.register(definition(retry={"max_attempts": 2, "backoff": [0]}, params={"fail": True}))
+    runner = inline_runner(clock)
+    real_write = logs.write
+    failures = iter([True])
+
+    def flaky_write(rows):
+        if next(failures, False):
+            from django.db import OperationalError
+
+            raise OperationalError("log database away")
+        real_write(rows)
+
+    monkeypatch.setattr(logs, "write", flaky_write)
+    clock.advance(60)
+    runner.tick()
+    execution = Execution.objects.get()
+    assert (execution.attempt, execution.log_persistence) == (1, "pending")
+    runner.tick()
+    execution.refresh_from_db()
+    assert (execution.status, execution.log_persistence) == ("failed", "persisted")
+    assert sorted(ExecutionLog.objects.values_list("attempt", flat=True)) == [1, 2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -9,6 +10,8 @@ from django.utils.module_loading import import_string
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.handlers.base import Handler
 from scheduler_app.handlers.hooks import HookHandler
+
+logger = logging.getLogger("scheduler_app")
 
 BUILTIN: dict[str, str] = {}
 
@@ -25,7 +28,12 @@ class HandlerRegistry:
             paths = {**BUILTIN, **scheduler_settings.HANDLERS}
             handlers: dict[str, Handler] = {}
             for kind, target in paths.items():
-                factory = import_string(target) if isinstance(target, str) else target
+                try:
+                    factory = import_string(target) if isinstance(target, str) else target
+                except ImportError:
+                    # Reported by check scheduler_app.E003; tasks of this kind are refused or interrupted.
+                    logger.error("handler kind %r cannot be imported from %r", kind, target)
+                    continue
                 handlers[kind] = factory()
             self._handlers = handlers
         return self._handlers

@@ -7,9 +7,9 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import timezone
 
 from scheduler_app.conf import scheduler_settings
+from scheduler_app.db import probe
 from scheduler_app.models import Runner
 
 
@@ -20,7 +20,8 @@ class Command(BaseCommand):
         parser.add_argument("--node-id", help="Check this runner only.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        horizon = timezone.now() - timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
+        # Runners write last_seen_at on the database clock: compare on it too.
+        horizon = probe().now - timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
         runners = Runner.objects.all()
         if options["node_id"]:
             runners = runners.filter(node_id=options["node_id"])
