@@ -77,6 +77,16 @@ else:
         }
     }
 
+# A second alias, so that LOG_DATABASE can be tested on a database of its own.
+_logs = dict(DATABASES["default"])
+if BACKEND == "sqlite":
+    _logs["NAME"] = os.path.join(tempfile.gettempdir(), "scheduler-logs.sqlite3")
+    _logs["TEST"] = {"NAME": os.path.join(tempfile.gettempdir(), "scheduler-test-logs.sqlite3")}
+else:
+    _logs["NAME"] = "scheduler_logs"
+    _logs["TEST"] = {**_logs.get("TEST", {}), "NAME": "test_scheduler_logs"}
+DATABASES["logs"] = _logs
+
 SCHEDULER_APP: dict[str, object] = {
     "HOOKS": {"on_task_execute": "tests.hooks.on_task_execute"},
     "HANDLERS": {"fake": "scheduler_app.handlers.fake.FakeHandler"},

@@ -187,3 +187,19 @@ def test_two_concurrent_repairs_leave_one_row_per_attempt(clock):
         thread.join(timeout=30)
     assert not errors
     assert sorted(ExecutionLog.objects.values_list("attempt", flat=True)) == [1, 2, 3]
+
+
+@pytest.mark.django_db(databases=["default", "logs"])
+def test_logs_can_live_in_another_database(clock):
+    scheduler.register(definition(params={"result": "elsewhere"}))
+    runner = inline_runner(clock)
+    with override_settings(SCHEDULER_APP={**BROKEN_LOGS, "LOG_DATABASE": "logs"}):
+        clock.advance(60)
+        runner.tick()
+        assert [log.result for log in scheduler.get_logs().results] == ["elsewhere"]
+        execution = Execution.objects.get()
+        ExecutionLog.objects.using("logs").all().delete()
+        scheduler.executions.repair_log(execution.occurrence_id)
+        assert ExecutionLog.objects.using("logs").count() == 1
+    assert not ExecutionLog.objects.using("default").exists()
+    assert execution.log_persistence == "persisted"

@@ -1,0 +1,74 @@
+"""The management commands: run_scheduler's options and the health command."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import OperationalError
+
+from scheduler_app import db, scheduler
+from scheduler_app.engine import Runner
+from scheduler_app.models import Execution, Runner as RunnerRecord
+from tests.factories import definition
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_run_scheduler_once_runs_what_is_due_and_exits():
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    execution = scheduler.trigger("report", params={"result": "once"})
+    call_command("run_scheduler", "--once", "--workers", "2", "--node-id", "cli", "--lease", "60")
+    execution.refresh_from_db()
+    assert (execution.status, execution.result, execution.owner) == ("success", "once", "cli")
+    record = RunnerRecord.objects.get(node_id="cli")
+    assert record.stopped_at is not None and record.pid > 0
+
+
+@pytest.mark.parametrize("argument", ["--workers=0", "--tick-interval=-1", "--lease=0", "--workers=two"])
+def test_run_scheduler_refuses_bad_options(argument):
+    with pytest.raises(CommandError):
+        call_command("run_scheduler", "--once", argument)
+
+
+def test_scheduler_status_tells_live_from_stopped_runners(capsys):
+    with pytest.raises(CommandError, match="no live runner"):
+        call_command("scheduler_status")
+    now = db.probe().now
+    RunnerRecord.objects.create(node_id="a", host="h", pid=1, started_at=now, last_seen_at=now, version="x")
+    RunnerRecord.objects.create(
+        node_id="b", host="h", pid=2, started_at=now, last_seen_at=now - timedelta(hours=1), version="x"
+    )
+    call_command("scheduler_status")
+    output = capsys.readouterr().out
+    assert "a\talive" in output and "b\tsilent" in output
+    with pytest.raises(CommandError):
+        call_command("scheduler_status", "--node-id", "b")
+
+
+def test_a_runner_backs_off_while_the_database_is_down_and_recovers():
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    execution = scheduler.trigger("report", params={"result": "back"})
+    real_probe = db.probe
+    outages = iter(range(3))
+
+    def failing_probe(*args, **kwargs):
+        if next(outages, None) is not None:
+            raise OperationalError("server closed the connection")
+        return real_probe(*args, **kwargs)
+
+    runner = Runner(node_id="patient", workers=1, tick_interval=0.01)
+    with mock.patch.object(db, "probe", failing_probe), mock.patch("scheduler_app.engine.MAX_BACKOFF", 0.05):
+        import threading
+
+        thread = threading.Thread(target=runner.run, daemon=True)
+        thread.start()
+        from tests.waiting import wait_for
+
+        wait_for(lambda: Execution.objects.get(sequence=execution.sequence).status == "success")
+        runner.shutdown()
+        thread.join(10)
+    assert not thread.is_alive()
