@@ -31,11 +31,9 @@ RESULTS = ROOT / "bench" / "results"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-PG = {
-    "host": os.environ.get("PGHOST", "127.0.0.1"),
-    "port": os.environ.get("PGPORT", "5432"),
-    "user": "postgres",
-}
+PG_CONNINFO = (
+    f"host={os.environ.get('PGHOST', '127.0.0.1')} port={os.environ.get('PGPORT', '5432')} user=postgres"
+)
 MYSQL = {"host": os.environ.get("MYSQL_HOST", "127.0.0.1"), "port": int(os.environ.get("MYSQL_PORT", "3306"))}
 
 
@@ -61,12 +59,12 @@ class DatabaseInfo:
 def _pg_admin(sql: str) -> None:
     import psycopg
 
-    with psycopg.connect(dbname="postgres", autocommit=True, **PG) as conn:
+    with psycopg.connect(PG_CONNINFO + " dbname=postgres", autocommit=True) as conn:
         conn.execute(sql)
 
 
 def _mysql_admin(sql: str) -> None:
-    import MySQLdb
+    import MySQLdb  # type: ignore[import-untyped]
 
     conn = MySQLdb.connect(user="root", passwd="", **MYSQL)
     try:

@@ -77,12 +77,15 @@ def pg_counters() -> dict[str, Any]:
             " FROM pg_stat_database WHERE datname = current_database()"
         )
         keys = ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted")
-        out.update(zip(keys, cursor.fetchone()))
+        out.update(zip(keys, cursor.fetchone(), strict=True))
         cursor.execute(
             "SELECT relname, n_tup_ins, n_tup_upd, n_tup_del, seq_scan, idx_scan FROM pg_stat_user_tables"
             " WHERE relname LIKE 'scheduler_app_%%' ORDER BY relname"
         )
-        out["tables"] = {row[0]: dict(zip(("ins", "upd", "del", "seq_scan", "idx_scan"), row[1:])) for row in cursor}
+        out["tables"] = {
+            row[0]: dict(zip(("ins", "upd", "del", "seq_scan", "idx_scan"), row[1:], strict=True))
+            for row in cursor
+        }
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
@@ -222,9 +225,7 @@ def main() -> None:
             rows = list(
                 Execution.objects.values_list("scheduled_for", "created_at", "started_at", "finished_at")
             )
-            agg = Execution.objects.aggregate(
-                first_start=Min("started_at"), last_finish=Max("finished_at"), last_created=Max("created_at")
-            )
+            agg = Execution.objects.aggregate(first_start=Min("started_at"), last_finish=Max("finished_at"))
             last_mtime = max((p.stat().st_mtime for p in effects.glob("*.log")), default=None)
             latency = [(s - d).total_seconds() for d, _, s, _ in rows if s is not None and d is not None]
             span = None
@@ -239,7 +240,7 @@ def main() -> None:
                     "side_effect_lines": len(lines),
                     "executions": len(rows),
                     "statuses": dict(Counter(Execution.objects.values_list("status", flat=True))),
-                        "seconds_T_to_first_start": _secs(agg["first_start"], fire_at),
+                    "seconds_T_to_first_start": _secs(agg["first_start"], fire_at),
                     "seconds_T_to_last_finished": _secs(agg["last_finish"], fire_at),
                     "seconds_T_to_last_side_effect_mtime": round(last_mtime - fire_at.timestamp(), 3)
                     if last_mtime
@@ -286,7 +287,9 @@ def report(r: dict[str, Any]) -> None:
         f"  completed:                 {r.get('completed')} ({r.get('side_effect_lines')} side effects, "
         f"{r.get('executions')} executions, statuses {r.get('statuses')})"
     )
-    print(f"  T -> first start:          {r.get('seconds_T_to_first_start')} s (all occurrences are created first)")
+    print(
+        f"  T -> first start:          {r.get('seconds_T_to_first_start')} s (all occurrences are created first)"
+    )
     print(
         f"  T -> last finished:        {r.get('seconds_T_to_last_finished')} s "
         f"(side-effect mtime {r.get('seconds_T_to_last_side_effect_mtime')} s)"

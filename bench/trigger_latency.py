@@ -107,8 +107,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder, Processes(grace=60) as procs:
         for which in passes:
             out = Path(folder) / f"{which}.json"
-            argv = [sys.executable, __file__, "--pass", which, "--out", str(out),
-                    "--triggers", str(args.triggers), "--redis-url", args.redis_url]
+            argv = [
+                sys.executable,
+                __file__,
+                "--pass",
+                which,
+                "--out",
+                str(out),
+                "--triggers",
+                str(args.triggers),
+                "--redis-url",
+                args.redis_url,
+            ]
             child = procs.start(f"pass-{which}", argv, {})
             code = child.popen.wait()
             if code != 0 or not out.exists():
@@ -116,11 +126,15 @@ def main() -> None:
                 continue
             results[which] = json.loads(out.read_text())
 
-    print(f"{'pass':<6} {'start p50':>10} {'start p99':>10} {'finish p50':>11} {'call p50':>9} {'exec/s':>7}  statuses")
+    print(
+        f"{'pass':<6} {'start p50':>10} {'start p99':>10} {'finish p50':>11} {'call p50':>9} {'exec/s':>7}  statuses"
+    )
     for which, r in results.items():
         s, f, c = r["trigger_to_start_ms"], r["trigger_to_finish_ms"], r["trigger_wait_round_trip_ms"]
-        print(f"{which:<6} {s['p50']:>8}ms {s['p99']:>8}ms {f['p50']:>9}ms {c['p50']:>7}ms {r['executions_per_second']:>7}"
-              f"  {r['statuses']} (runner exit {r['runner_exit_code']}, peak RSS {r['runner_peak_rss_mb']} MB)")
+        print(
+            f"{which:<6} {s['p50']:>8}ms {s['p99']:>8}ms {f['p50']:>9}ms {c['p50']:>7}ms {r['executions_per_second']:>7}"
+            f"  {r['statuses']} (runner exit {r['runner_exit_code']}, peak RSS {r['runner_peak_rss_mb']} MB)"
+        )
     write_results("trigger_latency", results)
 
 

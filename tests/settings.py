@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+from typing import Any
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -78,13 +79,13 @@ else:
     }
 
 # A second alias, so that LOG_DATABASE can be tested on a database of its own.
-_logs = dict(DATABASES["default"])
+_logs: dict[str, Any] = dict(DATABASES["default"])
 if BACKEND == "sqlite":
     _logs["NAME"] = os.path.join(tempfile.gettempdir(), "scheduler-logs.sqlite3")
     _logs["TEST"] = {"NAME": os.path.join(tempfile.gettempdir(), "scheduler-test-logs.sqlite3")}
 else:
     _logs["NAME"] = "scheduler_logs"
-    _logs["TEST"] = {**_logs.get("TEST", {}), "NAME": "test_scheduler_logs"}
+    _logs["TEST"] = {**_logs["TEST"], "NAME": "test_scheduler_logs"}
 DATABASES["logs"] = _logs
 
 SCHEDULER_APP: dict[str, object] = {

@@ -51,7 +51,7 @@ def test_e003_reports_hooks_and_handlers_that_cannot_be_used(settings):
 
 
 def test_e004_reports_an_unknown_log_database():
-    assert ids(LOG_DATABASE="logs") == ["scheduler_app.E004"]
+    assert ids(LOG_DATABASE="elsewhere") == ["scheduler_app.E004"]
 
 
 def test_w001_reports_a_redis_url_that_is_not_one():

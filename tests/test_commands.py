@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from unittest import mock
 
@@ -12,8 +13,10 @@ from django.db import OperationalError
 
 from scheduler_app import db, scheduler
 from scheduler_app.engine import Runner
-from scheduler_app.models import Execution, Runner as RunnerRecord
+from scheduler_app.models import Execution
+from scheduler_app.models import Runner as RunnerRecord
 from tests.factories import definition
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,12 +65,8 @@ def test_a_runner_backs_off_while_the_database_is_down_and_recovers():
 
     runner = Runner(node_id="patient", workers=1, tick_interval=0.01)
     with mock.patch.object(db, "probe", failing_probe), mock.patch("scheduler_app.engine.MAX_BACKOFF", 0.05):
-        import threading
-
         thread = threading.Thread(target=runner.run, daemon=True)
         thread.start()
-        from tests.waiting import wait_for
-
         wait_for(lambda: Execution.objects.get(sequence=execution.sequence).status == "success")
         runner.shutdown()
         thread.join(10)
