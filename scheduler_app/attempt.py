@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db import Error as DatabaseLibraryError
-from django.db import transaction
 
 from scheduler_app import journal, logs
 from scheduler_app.claims import Claim
@@ -197,9 +197,20 @@ def _finish(
             "error": outcome.error,
             "log_persistence": LogPersistence.PENDING,
         }
-    try:
+    started_at = execution.started_at if from_status == Status.RUNNING else None
+    log = logs.build_log(
+        execution, task.name, number, log_status, started_at, now, outcome.result, outcome.error
+    )
+    # On the first attempt with logs beside the journal, the log row shares the
+    # outcome's commit. If the log write fails, the outcome is recorded alone.
+    log_with_outcome = number == 1 and logs.log_alias() == DEFAULT_DB_ALIAS
+
+    def record(with_log: bool) -> bool:
         with transaction.atomic():
-            done = journal.transition(
+            if with_log:
+                logs.write([log])
+            persistence = LogPersistence.PERSISTED if with_log else LogPersistence.PENDING
+            moved = journal.transition(
                 execution.sequence,
                 from_status,
                 to_status,
@@ -208,10 +219,22 @@ def _finish(
                 node=node,
                 attempt=number,
                 reason=reason,
-                fields=fields,
+                fields={**fields, "log_persistence": persistence},
                 result=outcome.result,
                 error=outcome.error,
             )
+            if not moved:
+                transaction.set_rollback(True)
+        return moved
+
+    try:
+        try:
+            done = record(log_with_outcome)
+        except DatabaseLibraryError:
+            if not log_with_outcome:
+                raise
+            logger.warning("log write failed for %s; left pending for repair", execution.occurrence_id)
+            done = record(False)
     except DatabaseLibraryError:
         logger.warning("could not record the outcome of %s; its lease will expire", execution.occurrence_id)
         return False
@@ -219,14 +242,10 @@ def _finish(
         logger.warning("lease lost for %s; outcome not recorded", execution.occurrence_id)
         return False
     execution.status = to_status
-    started_at = execution.started_at if from_status == Status.RUNNING else None
-    log = logs.build_log(
-        execution, task.name, number, log_status, started_at, now, outcome.result, outcome.error
-    )
     if number > 1:
         # Later attempts rebuild every row, so a log lost at an earlier attempt heals here.
         logs.rebuild_and_confirm(execution)
-    else:
+    elif not log_with_outcome:
         logs.write_and_confirm(execution, [log])
     if event is not None:
         event.log = log

@@ -217,11 +217,15 @@ class Runner:
         now = self.clock.now()
         due = probe.next_due_at is not None and probe.next_due_at <= now
         if probe.next_run_at is not None and probe.next_run_at <= now:
-            for execution, task_name, _ in scheduling.schedule_due(now, self.node_id):
+            created, more = scheduling.schedule_due(now, self.node_id)
+            for execution, task_name, _ in created:
                 if execution.status == Status.INTERRUPTED:
                     self._write_log(execution, task_name, Status.INTERRUPTED)
                 else:
                     due = True
+            if more:
+                # Claim this batch now and schedule the next one at once, not after every batch.
+                self._wake.set()
         if probe.next_lease_expiry is not None and probe.next_lease_expiry < now:
             for ended in claims.recover_expired(now, self.node_id):
                 self._write_log(ended.execution, ended.task_name, ended.log_status)
@@ -234,8 +238,11 @@ class Runner:
             logs.prune(now)
 
     def claim_and_dispatch(self, now: datetime) -> int:
+        # Threaded runners claim one batch ahead, so a worker that finishes finds its
+        # next attempt queued instead of waiting for a claim round trip.
+        capacity = self.workers if self.inline else self.workers * 2
         with self._lock:
-            free = self.workers - len(self.in_flight)
+            free = capacity - len(self.in_flight)
         claimed, ended = claims.claim(now, self.node_id, free, self.lease_seconds)
         for item in ended:
             self._write_log(item.execution, item.task_name, item.log_status)

@@ -66,7 +66,7 @@ def transition(
     rows = Execution.objects.filter(sequence=sequence, status=from_status, **(extra_filter or {}))
     if token is not None:
         rows = rows.filter(execution_token=token)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         if rows.update(status=to_status, updated_at=at, **(fields or {})) != 1:
             return False
         append(

@@ -117,18 +117,16 @@ def _insert(executions: list[Execution]) -> list[Execution]:
     return created
 
 
-def schedule_due(now: datetime, node: str) -> list[tuple[Execution, str, str]]:
-    """Create the occurrences of every task due at ``now``; return (execution, task name, reason) created.
+def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, str]], bool]:
+    """Create the occurrences of up to one batch of tasks due at ``now``.
 
-    Task rows are locked with SKIP LOCKED, so each due task is planned by one
-    runner, and next_run_at moves forward in the same transaction.
+    Returns (execution, task name, reason) for each occurrence created, and
+    whether more tasks may be due. Task rows are locked with SKIP LOCKED, so
+    each due task is planned by one runner, and next_run_at moves forward in
+    the same transaction.
     """
-    created: list[tuple[Execution, str, str]] = []
-    while True:
-        batch = _schedule_batch(now, node)
-        created.extend(batch.created)
-        if batch.tasks < BATCH:
-            return created
+    batch = _schedule_batch(now, node)
+    return batch.created, batch.tasks >= BATCH
 
 
 @dataclass

@@ -481,3 +481,19 @@ def test_a_log_lost_at_an_earlier_attempt_is_rebuilt_by_a_later_one(clock, monke
     execution.refresh_from_db()
     assert (execution.status, execution.log_persistence) == ("failed", "persisted")
     assert sorted(ExecutionLog.objects.values_list("attempt", flat=True)) == [1, 2]
+
+
+def test_a_large_burst_is_scheduled_in_batches_so_claims_start_early(clock):
+    from scheduler_app.scheduling import BATCH
+
+    Task.objects.bulk_create(
+        Task(id=f"t{i:04d}", name="t", cron="* * * * *", next_run_at=T0 + timedelta(minutes=1))
+        for i in range(BATCH + 100)
+    )
+    runner = inline_runner(clock, workers=0)
+    clock.advance(60)
+    runner.tick()
+    assert Execution.objects.count() == BATCH
+    runner.tick()
+    assert Execution.objects.count() == BATCH + 100
+    assert Execution.objects.values("task_id").distinct().count() == BATCH + 100
