@@ -160,10 +160,11 @@ class Runner:
                     # A bug or bad row must not kill the runner; it retries with backoff.
                     backoff = min(MAX_BACKOFF, max(self.tick_interval, backoff * 2 or 1.0))
                     logger.exception("tick failed; next try in %.1fs", backoff)
+                self.cancel_overdue()
                 if once:
                     self.wait_idle(self.drain_seconds)
                     break
-                self._wake.wait(backoff or self.tick_interval)
+                self._wake.wait(self._pause(backoff or self.tick_interval))
                 self._wake.clear()
         finally:
             self.stop()
@@ -257,6 +258,22 @@ class Runner:
                 self._pool.submit(attempt)
         return len(claimed)
 
+    def _pause(self, wanted: float) -> float:
+        """Sleep no longer than the earliest lease deadline, so overdue attempts are cancelled on time."""
+        with self._lock:
+            deadlines = [a.lease_deadline for a in self.in_flight.values() if not a.cancelled.is_set()]
+        if not deadlines:
+            return wanted
+        return max(0.0, min(wanted, min(deadlines) - time.monotonic()))
+
+    def cancel_overdue(self) -> None:
+        """Cancel attempts whose lease could not be renewed in time: another runner may own them now."""
+        now = time.monotonic()
+        with self._lock:
+            overdue = [attempt for attempt in self.in_flight.values() if now >= attempt.lease_deadline]
+        for attempt in overdue:
+            attempt.cancel("lease lost", lease_lost=True)
+
     def renew_leases(self) -> None:
         """Extend the leases of in-flight attempts; cancel those lost or stop-requested."""
         self._last_renewal = time.monotonic()
@@ -275,9 +292,6 @@ class Runner:
             state = {seq: stop for seq, stop in rows.values_list("sequence", "stop_requested")}
         except DATABASE_ERRORS:
             logger.warning("lease renewal failed; attempts past their lease will be cancelled")
-            for attempt in attempts:
-                if time.monotonic() >= attempt.lease_deadline:
-                    attempt.cancel("lease lost", lease_lost=True)
             raise
         renewed_until = time.monotonic() + self.lease_seconds
         for attempt in attempts:

@@ -80,3 +80,23 @@ def test_a_trigger_runs_without_waiting_for_the_minute(running):
     running()
     execution = scheduler.trigger("report", params={"result": "now"}, wait=10)
     assert (execution.status, execution.result) == ("success", "now")
+
+
+def test_an_attempt_whose_lease_cannot_be_renewed_is_cancelled_and_writes_nothing(running, monkeypatch):
+    from django.db import OperationalError
+
+    from scheduler_app import db
+
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    execution = scheduler.trigger("report", params={"block": 60})
+    runner = running(lease_seconds=1.5)
+    wait_for(lambda: status_of(execution) == Status.RUNNING)
+    events_before = ExecutionEvent.objects.filter(execution_id=execution.sequence).count()
+
+    def database_down(*args, **kwargs):
+        raise OperationalError("could not connect")
+
+    monkeypatch.setattr(db, "probe", database_down)
+    wait_for(lambda: not runner.in_flight, timeout=10)
+    assert status_of(execution) == Status.RUNNING  # left for another runner to recover
+    assert ExecutionEvent.objects.filter(execution_id=execution.sequence).count() == events_before
