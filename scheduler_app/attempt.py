@@ -233,7 +233,10 @@ def _finish(
         except DatabaseLibraryError:
             if not log_with_outcome:
                 raise
-            logger.warning("log write failed for %s; left pending for repair", execution.occurrence_id)
+            logger.warning(
+                "outcome and log of %s not written together; retrying the outcome alone",
+                execution.occurrence_id,
+            )
             done = record(False)
     except DatabaseLibraryError:
         logger.warning("could not record the outcome of %s; its lease will expire", execution.occurrence_id)

@@ -13,6 +13,7 @@ ID_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,128}$")
 OVERLAP_CHOICES = ("skip", "buffer_one")
 MAX_ATTEMPTS = 100
 MAX_NAME_LENGTH = 200
+MAX_CRON_LENGTH = 200
 
 FIELDS = (
     "id",
@@ -135,6 +136,8 @@ def validate_fields(data: dict[str, Any], errors: Errors) -> dict[str, Any]:
         zone = data.get("timezone") or ""
         if not isinstance(expression, str):
             errors.setdefault("cron", []).append("Must be a string of 5 fields.")
+        elif len(expression) > MAX_CRON_LENGTH:
+            errors.setdefault("cron", []).append(f"At most {MAX_CRON_LENGTH} characters.")
         elif not isinstance(zone, str):
             errors.setdefault("timezone", []).append("Must be an IANA timezone name.")
         elif "cron" in data:

@@ -22,6 +22,7 @@ from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import StorageError
 from scheduler_app.models import LEASED, Execution, Status
 from scheduler_app.models import Runner as RunnerRecord
+from scheduler_app.services import scheduler
 
 logger = logging.getLogger("scheduler_app")
 
@@ -100,15 +101,15 @@ class Runner:
         self._listener: wakeup.Listener | None = None
         self._last_renewal = 0.0
         self._last_prune = 0.0
+        self._now_monotonic = time.monotonic()
         self.inline = inline
 
     # -- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
         """Sync TASKS from settings, record this runner and start its workers."""
-        from scheduler_app.services import scheduler
-
         scheduler.refresh_tasks()
+        self.clock.observe(db.probe().now)
         now = self.clock.now()
         RunnerRecord.objects.update_or_create(
             node_id=self.node_id,
@@ -216,6 +217,8 @@ class Runner:
         probe = db.probe()
         self.clock.observe(probe.now)
         now = self.clock.now()
+        # The local deadline starts no later than the database lease it mirrors.
+        self._now_monotonic = time.monotonic()
         due = probe.next_due_at is not None and probe.next_due_at <= now
         if probe.next_run_at is not None and probe.next_run_at <= now:
             created, more = scheduling.schedule_due(now, self.node_id)
@@ -230,13 +233,19 @@ class Runner:
         if probe.next_lease_expiry is not None and probe.next_lease_expiry < now:
             for ended in claims.recover_expired(now, self.node_id):
                 self._write_log(ended.execution, ended.task_name, ended.log_status)
-        if due and not self._stopping.is_set():
+        if due and not self._stopping.is_set() and self._needs_work():
             self.claim_and_dispatch(now)
         if time.monotonic() - self._last_renewal >= self.lease_seconds / 3:
             self.renew_leases()
         if time.monotonic() - self._last_prune >= 60:
             self._last_prune = time.monotonic()
             logs.prune(now)
+
+    def _needs_work(self) -> bool:
+        """Claim again once the queued batch has been taken up, so claims stay batched."""
+        with self._lock:
+            busy = len(self.in_flight)
+        return busy < self.workers if self.inline else busy <= self.workers
 
     def claim_and_dispatch(self, now: datetime) -> int:
         # Threaded runners claim one batch ahead, so a worker that finishes finds its
@@ -249,7 +258,7 @@ class Runner:
             self._write_log(item.execution, item.task_name, item.log_status)
         for claim in claimed:
             attempt = Attempt(claim)
-            attempt.lease_deadline = time.monotonic() + self.lease_seconds
+            attempt.lease_deadline = self._now_monotonic + self.lease_seconds
             with self._lock:
                 self.in_flight[claim.execution.sequence] = attempt
             if self._pool is None:
@@ -278,6 +287,7 @@ class Runner:
         """Extend the leases of in-flight attempts; cancel those lost or stop-requested."""
         self._last_renewal = time.monotonic()
         now = self.clock.now()
+        renewed_until = time.monotonic() + self.lease_seconds
         with self._lock:
             attempts = list(self.in_flight.values())
         try:
@@ -293,7 +303,6 @@ class Runner:
         except DATABASE_ERRORS:
             logger.warning("lease renewal failed; attempts past their lease will be cancelled")
             raise
-        renewed_until = time.monotonic() + self.lease_seconds
         for attempt in attempts:
             sequence = attempt.claim.execution.sequence
             if sequence not in state:
@@ -314,7 +323,8 @@ class Runner:
             db.drop_broken_connections()
             with self._lock:
                 self.in_flight.pop(attempt.claim.execution.sequence, None)
-            self._wake.set()
+            if self._needs_work():
+                self._wake.set()
 
     def _write_log(self, execution: Execution, task_name: str, status: str) -> None:
         finished = execution.finished_at or self.clock.now()

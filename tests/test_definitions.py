@@ -48,6 +48,7 @@ def test_register_stores_every_field_and_computes_next_run():
         ({"cron": "* * * * * *"}, "cron"),
         ({"cron": "61 * * * *"}, "cron"),
         ({"cron": "0 0 31 2 *"}, "cron"),
+        ({"cron": "0 " + ",".join(["1"] * 120) + " * * *"}, "cron"),
         ({"timezone": "Mars/Olympus"}, "timezone"),
         ({"retry": {"max_attempts": 0}}, "retry.max_attempts"),
         ({"retry": {"max_attempts": 101}}, "retry.max_attempts"),

@@ -29,5 +29,9 @@ class Handler:
         """Field errors of a handler config (``kind`` included); empty when valid."""
         return {}
 
+    def mask(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config as it may be displayed: secrets replaced by a mask. Override when it holds secrets."""
+        return dict(config)
+
     def run(self, event: TaskEvent) -> Any:
         raise NotImplementedError

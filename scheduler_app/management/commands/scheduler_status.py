@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.db import probe
@@ -20,11 +21,14 @@ class Command(BaseCommand):
         parser.add_argument("--node-id", help="Check this runner only.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # Runners write last_seen_at on the database clock: compare on it too.
-        horizon = probe().now - timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
-        runners = Runner.objects.all()
+        try:
+            # Runners write last_seen_at on the database clock: compare on it too.
+            horizon = probe().now - timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
+            runners = list(Runner.objects.all())
+        except DatabaseError:
+            raise CommandError("database unavailable") from None
         if options["node_id"]:
-            runners = runners.filter(node_id=options["node_id"])
+            runners = [runner for runner in runners if runner.node_id == options["node_id"]]
         alive = 0
         for runner in runners:
             is_alive = runner.stopped_at is None and runner.last_seen_at >= horizon
