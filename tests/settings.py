@@ -41,52 +41,49 @@ TEMPLATES = [
 ]
 
 BACKEND = os.environ.get("SCHEDULER_TEST_DB", "sqlite")
+# Runner processes started by the tests connect straight to the test database.
 DB_NAME = os.environ.get("SCHEDULER_DB_NAME")
+# Distinct names let several suites share one server without clobbering each other.
+TEST_NAME = DB_NAME or os.environ.get("SCHEDULER_TEST_DB_NAME", "test_scheduler")
 
-if BACKEND == "postgres":
-    DATABASES = {
-        "default": {
+
+def database(name: str) -> dict[str, Any]:
+    """Settings of one database called ``name`` on the chosen backend (used as-is: it is the test database)."""
+    if BACKEND == "postgres":
+        return {
             "ENGINE": "django.db.backends.postgresql",
-            "NAME": DB_NAME or "scheduler",
+            "NAME": name,
             "USER": os.environ.get("PGUSER", "postgres"),
             "HOST": os.environ.get("PGHOST", "127.0.0.1"),
             "PORT": os.environ.get("PGPORT", "5432"),
-            "TEST": {"NAME": DB_NAME or "test_scheduler"},
+            "TEST": {"NAME": name},
         }
-    }
-elif BACKEND == "mysql":
-    DATABASES = {
-        "default": {
+    if BACKEND == "mysql":
+        return {
             "ENGINE": "django.db.backends.mysql",
-            "NAME": DB_NAME or "scheduler",
+            "NAME": name,
             "USER": "root",
             "PASSWORD": "",
             "HOST": os.environ.get("MYSQL_HOST", "127.0.0.1"),
             "PORT": os.environ.get("MYSQL_PORT", "3306"),
             "OPTIONS": {"charset": "utf8mb4"},
-            "TEST": {"NAME": DB_NAME or "test_scheduler", "CHARSET": "utf8mb4"},
+            "TEST": {"NAME": name, "CHARSET": "utf8mb4"},
         }
-    }
-else:
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DB_NAME or os.path.join(os.path.dirname(__file__), "scheduler-test.sqlite3"),
-            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
-            # A file, not memory: threaded tests need real concurrent connections.
-            "TEST": {"NAME": DB_NAME or os.path.join(tempfile.gettempdir(), "scheduler-test.sqlite3")},
-        }
+    path = name if os.path.isabs(name) else os.path.join(tempfile.gettempdir(), f"{name}.sqlite3")
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": path,
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+        # A file, not memory: threaded tests need real concurrent connections.
+        "TEST": {"NAME": path},
     }
 
-# A second alias, so that LOG_DATABASE can be tested on a database of its own.
-_logs: dict[str, Any] = dict(DATABASES["default"])
-if BACKEND == "sqlite":
-    _logs["NAME"] = os.path.join(tempfile.gettempdir(), "scheduler-logs.sqlite3")
-    _logs["TEST"] = {"NAME": os.path.join(tempfile.gettempdir(), "scheduler-test-logs.sqlite3")}
-else:
-    _logs["NAME"] = "scheduler_logs"
-    _logs["TEST"] = {**_logs["TEST"], "NAME": "test_scheduler_logs"}
-DATABASES["logs"] = _logs
+
+DATABASES = {
+    "default": database(TEST_NAME),
+    # A second alias, so that LOG_DATABASE can be tested on a database of its own.
+    "logs": database(f"{TEST_NAME}_logs"),
+}
 
 SCHEDULER_APP: dict[str, object] = {
     "HOOKS": {"on_task_execute": "tests.hooks.on_task_execute"},
