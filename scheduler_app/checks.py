@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Any
 
 from django.conf import settings
@@ -14,6 +16,7 @@ from scheduler_app.handlers.hooks import HOOK_NAMES
 
 POSITIVE_NUMBERS = ("TICK_INTERVAL", "LEASE_SECONDS", "WORKERS", "DRAIN_SECONDS")
 OPTIONAL_POSITIVE_INTS = ("MAX_LOGS", "RETENTION_DAYS")
+HOST_NAME = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*\.?$", re.IGNORECASE)
 
 
 def _is_number(value: Any) -> bool:
@@ -65,6 +68,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             messages.append(
                 Error(f"SCHEDULER_APP['{name}'] must be None or a positive integer.", id="scheduler_app.E001")
             )
+    messages.extend(_check_js())
+    messages.extend(_check_http())
     messages.extend(_check_tasks())
     messages.extend(_check_paths())
     if scheduler_settings.LOG_DATABASE not in settings.DATABASES:
@@ -85,6 +90,89 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return messages
+
+
+def _check_js() -> list[CheckMessage]:
+    js = scheduler_settings.JS
+    if not isinstance(js, dict):
+        return [Error("SCHEDULER_APP['JS'] must be a dict.", id="scheduler_app.E001")]
+    messages: list[CheckMessage] = []
+    if not _is_number(js.get("TIMEOUT")) or not 0 < js["TIMEOUT"] <= 3600:
+        messages.append(
+            Error(
+                "SCHEDULER_APP['JS']['TIMEOUT'] must be a number of seconds above 0 and at most 3600.",
+                id="scheduler_app.E001",
+            )
+        )
+    for name in ("MEMORY_LIMIT_MB", "RESULT_MAX_BYTES"):
+        value = js.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            messages.append(
+                Error(f"SCHEDULER_APP['JS']['{name}'] must be a positive integer.", id="scheduler_app.E001")
+            )
+    return messages
+
+
+def _check_http() -> list[CheckMessage]:
+    http = scheduler_settings.HTTP
+    if not isinstance(http, dict):
+        return [Error("SCHEDULER_APP['HTTP'] must be a dict.", id="scheduler_app.E001")]
+    messages: list[CheckMessage] = []
+    unknown = sorted(str(key) for key in set(http) - set(DEFAULTS["HTTP"]))
+    if unknown:
+        messages.append(
+            Error(
+                f"Unknown SCHEDULER_APP['HTTP'] keys: {', '.join(unknown)}.",
+                hint=f"Known keys: {', '.join(sorted(DEFAULTS['HTTP']))}.",
+                id="scheduler_app.E001",
+            )
+        )
+    if not _is_number(http["TIMEOUT"]) or not 0 < http["TIMEOUT"] <= 3600:
+        messages.append(
+            Error(
+                "SCHEDULER_APP['HTTP']['TIMEOUT'] must be a number of seconds above 0 and at most 3600.",
+                id="scheduler_app.E001",
+            )
+        )
+    for name in ("MAX_RESPONSE_BYTES", "RESULT_MAX_BYTES"):
+        value = http[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            messages.append(
+                Error(f"SCHEDULER_APP['HTTP']['{name}'] must be a positive integer.", id="scheduler_app.E001")
+            )
+    if not isinstance(http["ALLOW_PRIVATE_NETWORKS"], bool):
+        messages.append(
+            Error(
+                "SCHEDULER_APP['HTTP']['ALLOW_PRIVATE_NETWORKS'] must be True or False.",
+                id="scheduler_app.E001",
+            )
+        )
+    networks = http["ALLOWED_NETWORKS"]
+    if not isinstance(networks, (list, tuple)):
+        messages.append(
+            Error("SCHEDULER_APP['HTTP']['ALLOWED_NETWORKS'] must be a list.", id="scheduler_app.E001")
+        )
+        networks = []
+    for entry in networks:
+        if not _is_network_or_host(entry):
+            messages.append(
+                Error(
+                    f"SCHEDULER_APP['HTTP']['ALLOWED_NETWORKS'] holds {entry!r}, which is neither a CIDR nor a host name.",
+                    hint='Give a list such as ["10.1.0.0/16", "fd00::/8", "billing.internal"].',
+                    id="scheduler_app.E001",
+                )
+            )
+    return messages
+
+
+def _is_network_or_host(entry: Any) -> bool:
+    if not isinstance(entry, str):
+        return False
+    try:
+        ipaddress.ip_network(entry.strip(), strict=False)
+    except ValueError:
+        return len(entry.strip()) <= 253 and bool(HOST_NAME.match(entry.strip()))
+    return True
 
 
 def _check_tasks() -> list[CheckMessage]:

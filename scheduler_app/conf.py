@@ -25,7 +25,7 @@ DEFAULTS: dict[str, Any] = {
         "ALLOW_PRIVATE_NETWORKS": False,
         "ALLOWED_NETWORKS": [],
     },
-    "JS": {"TIMEOUT": 30, "MEMORY_LIMIT_MB": 128},
+    "JS": {"TIMEOUT": 30, "MEMORY_LIMIT_MB": 128, "RESULT_MAX_BYTES": 64 * 1024},
     "REDIS_URL": None,
     "HOOKS": {},
     "HANDLERS": {},

@@ -27,10 +27,26 @@ def test_the_defaults_pass():
         {"MISFIRE_GRACE_SECONDS": 0},
         {"MAX_LOGS": 0},
         {"RETENTION_DAYS": "7"},
+        {"JS": {"TIMEOUT": 0}},
+        {"JS": {"MEMORY_LIMIT_MB": "lots"}},
+        {"JS": "fast"},
+        {"HTTP": "strict"},
+        {"HTTP": {"PROXY": "http://proxy.example"}},
+        {"HTTP": {"TIMEOUT": 0}},
+        {"HTTP": {"MAX_RESPONSE_BYTES": 1.5}},
+        {"HTTP": {"RESULT_MAX_BYTES": "64k"}},
+        {"HTTP": {"ALLOW_PRIVATE_NETWORKS": "yes"}},
+        {"HTTP": {"ALLOWED_NETWORKS": "10.0.0.0/8"}},
+        {"HTTP": {"ALLOWED_NETWORKS": ["10.0.0.0/33"]}},
+        {"HTTP": {"ALLOWED_NETWORKS": ["not a host"]}},
     ],
 )
 def test_e001_reports_bad_values(settings):
     assert "scheduler_app.E001" in ids(**settings)
+
+
+def test_http_allowed_networks_take_cidrs_and_host_names():
+    assert ids(HTTP={"ALLOWED_NETWORKS": ["10.1.0.0/16", "fd00::/8", "127.0.0.1", "billing.internal"]}) == []
 
 
 def test_e002_reports_bad_declared_tasks():

@@ -13,7 +13,10 @@ from scheduler_app.handlers.hooks import HookHandler
 
 logger = logging.getLogger("scheduler_app")
 
-BUILTIN: dict[str, str] = {}
+BUILTIN: dict[str, str] = {
+    "api": "scheduler_app.handlers.http.HttpHandler",
+    "js": "scheduler_app.handlers.javascript.JavaScriptHandler",
+}
 
 
 class HandlerRegistry:
@@ -49,6 +52,13 @@ class HandlerRegistry:
         if config is None:
             return self._hook_handler
         return self.get(config.get("kind", ""))
+
+    def masked(self, config: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A handler config safe to display (admin, API, logs)."""
+        if config is None:
+            return None
+        handler = self.get(config.get("kind", ""))
+        return handler.mask(config) if handler is not None else {"kind": config.get("kind")}
 
     def reset(self) -> None:
         self._handlers = None

@@ -65,7 +65,8 @@ class NetworkPolicy:
     def from_settings(cls, http: dict[str, Any]) -> NetworkPolicy:
         networks: list[IPNetwork] = []
         hosts: set[str] = set()
-        for entry in http.get("ALLOWED_NETWORKS") or ():
+        entries = http.get("ALLOWED_NETWORKS")
+        for entry in entries if isinstance(entries, (list, tuple)) else ():
             if not isinstance(entry, str):
                 continue
             try:
@@ -102,8 +103,8 @@ class NetworkPolicy:
         if not allowed:
             reasons = ", ".join(sorted(set(refusals))) or "no address"
             raise AddressRefused(
-                f"{host} resolves to a {reasons} address, which is not allowed "
-                "(see the HTTP settings ALLOW_PRIVATE_NETWORKS and ALLOWED_NETWORKS)."
+                f"The address of {host} is not allowed ({reasons}); "
+                "see the HTTP settings ALLOW_PRIVATE_NETWORKS and ALLOWED_NETWORKS."
             )
         return allowed
 

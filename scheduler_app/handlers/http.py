@@ -1,0 +1,383 @@
+"""The ``api`` handler kind: one HTTP request per attempt, bounded in time, size and reach."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+from urllib.parse import unquote, unquote_plus, urljoin, urlsplit, urlunsplit
+
+import requests
+import urllib3
+from requests.exceptions import InvalidHeader
+from requests.utils import check_header_validity, default_headers, get_auth_from_url
+
+from scheduler_app.conf import scheduler_settings
+from scheduler_app.events import ExecutionContext, TaskEvent
+from scheduler_app.handlers.base import Handler, HandlerError
+from scheduler_app.handlers.http_network import AddressRefused, NetworkPolicy
+from scheduler_app.handlers.http_transport import Aborted, PinnedAdapter, Route, Watchdog
+
+API_FAILED = "scheduler:025"
+KEYS = frozenset(
+    {"kind", "url", "method", "headers", "body", "timeout", "max_response_bytes", "follow_redirects"}
+)
+METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
+SCHEMES = ("http", "https")
+MAX_URL_LENGTH = 2048
+MAX_TIMEOUT = 3600
+MAX_REDIRECTS = 3
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+SCHEDULER_HEADERS = frozenset({"idempotency-key", "x-scheduler-sequence", "x-scheduler-attempt"})
+TRANSPORT_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+CHUNK_BYTES = 64 * 1024
+EXCERPT_BYTES = 1024
+EXCERPT_CHARS = 200
+MASK = "***"
+# Shorter values are not worth scrubbing from excerpts and would garble them.
+MIN_SECRET_LENGTH = 4
+TRANSPORT_ERRORS = (
+    requests.RequestException,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    OSError,
+)
+
+
+class HttpHandler(Handler):
+    """Calls an HTTP endpoint; the result is ``{"status", "body", "truncated"}``."""
+
+    kind = "api"
+
+    def validate(self, config: dict[str, Any]) -> dict[str, list[str]]:
+        errors: dict[str, list[str]] = {}
+        unknown = sorted(str(key) for key in config if key not in KEYS)
+        if unknown:
+            errors[""] = [f"Unknown keys: {', '.join(_short(key) for key in unknown)}."]
+        url_errors = _url_errors(config["url"]) if "url" in config else ["This field is required."]
+        if url_errors:
+            errors["url"] = url_errors
+        if config.get("method", "GET") not in METHODS:
+            errors["method"] = [f"Must be one of: {', '.join(METHODS)}."]
+        header_errors = _header_errors(config.get("headers", {}))
+        if header_errors:
+            errors["headers"] = header_errors
+        timeout = config.get("timeout")
+        if "timeout" in config and not (_is_number(timeout) and 0 < timeout <= MAX_TIMEOUT):
+            errors["timeout"] = [f"Must be a number of seconds above 0 and at most {MAX_TIMEOUT}."]
+        size = config.get("max_response_bytes")
+        if "max_response_bytes" in config and not (_is_number(size) and isinstance(size, int) and size > 0):
+            errors["max_response_bytes"] = ["Must be a positive integer (bytes)."]
+        if not isinstance(config.get("follow_redirects", False), bool):
+            errors["follow_redirects"] = ["Must be true or false."]
+        return errors
+
+    def mask(self, config: dict[str, Any]) -> dict[str, Any]:
+        masked = dict(config)
+        if isinstance(config.get("headers"), dict):
+            masked["headers"] = dict.fromkeys(config["headers"], MASK)
+        if isinstance(config.get("url"), str):
+            masked["url"] = mask_url(config["url"])
+        return masked
+
+    def run(self, event: TaskEvent) -> Any:
+        config = event.task.handler or {}
+        http_settings = scheduler_settings.HTTP
+        timeout = config.get("timeout", http_settings["TIMEOUT"])
+        call = _Call(
+            config=config,
+            context=event.context,
+            policy=NetworkPolicy.from_settings(http_settings),
+            max_bytes=config.get("max_response_bytes", http_settings["MAX_RESPONSE_BYTES"]),
+            keep_bytes=http_settings["RESULT_MAX_BYTES"],
+            secrets=_secrets(config),
+        )
+        with Watchdog(event.cancelled, time.monotonic() + timeout) as watchdog:
+            try:
+                response = call.follow(watchdog)
+            except Aborted as exc:
+                if exc.reason == "cancelled":
+                    return None
+                raise HandlerError(API_FAILED, f"No complete response within {timeout:g} s.") from None
+        return response.result(call.keep_bytes)
+
+
+@dataclass(frozen=True)
+class _Response:
+    """What one exchange returned: the decoded body up to what is kept, and its full decoded size."""
+
+    host: str
+    status: int
+    content_type: str
+    encoding: str | None
+    location: str | None
+    body: bytes
+    size: int
+
+    def result(self, keep_bytes: int) -> dict[str, Any]:
+        """The stored result: JSON when the response is JSON and complete, else text cut at keep_bytes."""
+        truncated = self.size > keep_bytes
+        if not truncated and _is_json_type(self.content_type):
+            try:
+                return {
+                    "status": self.status,
+                    "body": json.loads(self.body, parse_constant=_refuse),
+                    "truncated": False,
+                }
+            except (ValueError, RecursionError):
+                pass
+        return {
+            "status": self.status,
+            "body": _decode(self.body[:keep_bytes], self.encoding),
+            "truncated": truncated,
+        }
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One attempt's request, followed through at most MAX_REDIRECTS redirects when allowed."""
+
+    config: dict[str, Any]
+    context: ExecutionContext
+    policy: NetworkPolicy
+    max_bytes: int
+    keep_bytes: int
+    secrets: list[str]
+
+    def follow(self, watchdog: Watchdog) -> _Response:
+        url: str = self.config["url"]
+        method: str = self.config.get("method", "GET")
+        body = self.config.get("body")
+        follow = bool(self.config.get("follow_redirects", False))
+        hops_left = MAX_REDIRECTS if follow else 0
+        while True:
+            response = self.send(method, url, body, watchdog)
+            if 200 <= response.status < 300:
+                return response
+            if response.status not in REDIRECTS or not response.location or not hops_left:
+                raise HandlerError(API_FAILED, self.failure(response, follow))
+            hops_left -= 1
+            url = self.redirect_url(url, response)
+            if response.status in (302, 303) or (response.status == 301 and method == "POST"):
+                method, body = "GET", None
+
+    def send(self, method: str, url: str, body: Any, watchdog: Watchdog) -> _Response:
+        """One exchange with the host of ``url``, at an address the policy allows."""
+        watchdog.check()
+        # Credentials (configured headers and URL userinfo) go to the configured origin only.
+        same_origin = _origin(url) == _origin(self.config["url"])
+        headers = default_headers()
+        headers["Accept-Encoding"] = "gzip, deflate"
+        if same_origin:
+            headers.update(self.config.get("headers") or {})
+        headers.update(
+            {
+                "Idempotency-Key": self.context.occurrence_id,
+                "X-Scheduler-Sequence": str(self.context.sequence),
+                "X-Scheduler-Attempt": str(self.context.attempt),
+            }
+        )
+        auth = get_auth_from_url(self.config["url"]) if same_origin else ("", "")
+        request = requests.Request(
+            method, url, headers=headers, json=body, auth=auth if any(auth) else None
+        ).prepare()
+        parts = urlsplit(str(request.url))
+        host = parts.hostname or ""
+        try:
+            addresses = self.policy.resolve(host, parts.port or (443 if parts.scheme == "https" else 80))
+        except AddressRefused as exc:
+            raise HandlerError(API_FAILED, str(exc)) from None
+        adapter = PinnedAdapter(Route(addresses, watchdog))
+        try:
+            with adapter.send(request, stream=True, timeout=watchdog.remaining() + 1) as response:
+                success = 200 <= response.status_code < 300
+                limit = self.max_bytes if success else EXCERPT_BYTES
+                kept, size = _read(response, limit, self.keep_bytes + 1 if success else EXCERPT_BYTES)
+                # A cut connection can end a body without a length like a complete one.
+                watchdog.check()
+                if success and size > self.max_bytes:
+                    raise HandlerError(
+                        API_FAILED, f"The response from {host} is larger than {self.max_bytes} bytes."
+                    )
+                return _Response(
+                    host=host,
+                    status=response.status_code,
+                    content_type=response.headers.get("Content-Type", ""),
+                    encoding=response.encoding,
+                    location=response.headers.get("Location"),
+                    body=kept,
+                    size=size,
+                )
+        except TRANSPORT_ERRORS as exc:
+            watchdog.check()
+            raise HandlerError(API_FAILED, _transport_message(exc, host)) from None
+        finally:
+            adapter.close()
+
+    def redirect_url(self, url: str, response: _Response) -> str:
+        location = response.location or ""
+        # requests decodes headers as Latin-1; servers send UTF-8 locations.
+        with contextlib.suppress(UnicodeError):
+            location = location.encode("latin-1").decode("utf-8")
+        target = urljoin(url, location)
+        if _url_errors(target):
+            raise HandlerError(API_FAILED, f"{response.host} redirected to a URL that cannot be used.")
+        return target
+
+    def failure(self, response: _Response, follow: bool) -> str:
+        """The message of a non-2xx answer, with a short excerpt of its body, secrets scrubbed."""
+        if response.status in REDIRECTS and response.location:
+            if follow:
+                return f"More than {MAX_REDIRECTS} redirects, the last from {response.host}."
+            return f"{response.host} answered HTTP {response.status}, a redirect; follow_redirects is off."
+        excerpt = " ".join(_decode(response.body, response.encoding).split())
+        for secret in self.secrets:
+            excerpt = excerpt.replace(secret, MASK)
+        if len(excerpt) > EXCERPT_CHARS:
+            excerpt = excerpt[:EXCERPT_CHARS] + "..."
+        message = f"{response.host} answered HTTP {response.status}"
+        return f"{message}: {excerpt}" if excerpt else f"{message}."
+
+
+def _read(response: requests.Response, limit: int, keep: int) -> tuple[bytes, int]:
+    """The first ``keep`` decoded bytes and the decoded size, reading no further than past ``limit``."""
+    kept = bytearray()
+    size = 0
+    for chunk in response.iter_content(CHUNK_BYTES):
+        if len(kept) < keep:
+            kept += chunk[: keep - len(kept)]
+        size += len(chunk)
+        if size > limit:
+            break
+    return bytes(kept), size
+
+
+def _transport_message(exc: BaseException, host: str) -> str:
+    if isinstance(exc, requests.exceptions.SSLError):
+        return f"TLS with {host} failed (handshake or certificate)."
+    if isinstance(exc, (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError)):
+        return f"The response from {host} could not be read."
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return f"{host} refused the connection."
+        cause = cause.__cause__ or cause.__context__
+    return f"The connection to {host} failed."
+
+
+def mask_url(url: str) -> str:
+    """The URL with its userinfo password (or a lone user name), query values and fragment masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{hostport}" if colon else f"{MASK}@{hostport}"
+    query = "&".join(
+        (f"{name}={MASK}" if equals else MASK) if part else ""
+        for part in parts.query.split("&")
+        for name, equals, _ in [part.partition("=")]
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, MASK if parts.fragment else ""))
+
+
+def _secrets(config: dict[str, Any]) -> list[str]:
+    """Configured values that must never reach a message: header values, userinfo, query values."""
+    values: set[str] = set((config.get("headers") or {}).values())
+    parts = urlsplit(config.get("url", ""))
+    if parts.username or parts.password:
+        user, password = unquote(parts.username or ""), unquote(parts.password or "")
+        values.update({user, password, parts.username or "", parts.password or ""})
+        values.add(base64.b64encode(f"{user}:{password}".encode("latin-1", "replace")).decode())
+    for part in parts.query.split("&"):
+        value = part.partition("=")[2]
+        values.update({value, unquote_plus(value)})
+    # Longest first, so that a secret containing another is masked whole.
+    return sorted((value for value in values if len(value) >= MIN_SECRET_LENGTH), key=len, reverse=True)
+
+
+def _url_errors(url: Any) -> list[str]:
+    # Messages never repeat the URL: it may carry credentials.
+    if not isinstance(url, str):
+        return ["Must be a string."]
+    if len(url) > MAX_URL_LENGTH:
+        return [f"At most {MAX_URL_LENGTH} characters."]
+    if any(char.isspace() or not char.isprintable() for char in url):
+        return ["Must not contain spaces or control characters."]
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError:
+        return ["Must be a valid URL."]
+    if parts.scheme.lower() not in SCHEMES:
+        return ["Must be an http or https URL."]
+    if not parts.hostname:
+        return ["Must include a host."]
+    try:
+        requests.PreparedRequest().prepare_url(url, None)
+    except (requests.RequestException, ValueError):
+        return ["Must be a valid URL."]
+    return []
+
+
+def _header_errors(headers: Any) -> list[str]:
+    # Messages name the header, never its value.
+    if not isinstance(headers, dict):
+        return ["Must be an object mapping header names to string values."]
+    errors: list[str] = []
+    for name, value in headers.items():
+        label = _short(name)
+        if not isinstance(name, str) or not HEADER_NAME.match(name):
+            errors.append(f"{label} is not a valid header name.")
+            continue
+        if name.lower() in SCHEDULER_HEADERS or name.lower() in TRANSPORT_HEADERS:
+            errors.append(f"{label} is set by the scheduler and cannot be configured.")
+        if not isinstance(value, str):
+            errors.append(f"The value of {label} must be a string.")
+            continue
+        try:
+            check_header_validity((name, value))
+            value.encode("latin-1")
+        except (InvalidHeader, UnicodeError):
+            errors.append(f"The value of {label} must be Latin-1 text without line breaks or leading spaces.")
+    return errors
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80)
+
+
+def _is_json_type(content_type: str) -> bool:
+    media = content_type.split(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _decode(body: bytes, encoding: str | None) -> str:
+    try:
+        return body.decode(encoding or "utf-8", errors="replace")
+    except LookupError:
+        return body.decode("utf-8", errors="replace")
+
+
+def _refuse(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
