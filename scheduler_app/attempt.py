@@ -12,7 +12,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db import Error as DatabaseLibraryError
 
-from scheduler_app import journal, logs
+from scheduler_app import db, journal, logs
 from scheduler_app.claims import Claim
 from scheduler_app.clock import Clock
 from scheduler_app.events import ExecutionContext, TaskEvent
@@ -121,18 +121,29 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
                 fields={"owner": "", "execution_token": "", "lease_expires_at": None, "attempt": number - 1},
             )
         return
-    started = journal.transition(
-        execution.sequence,
-        Status.CLAIMED,
-        Status.RUNNING,
-        at=now,
-        token=token,
-        node=node,
-        attempt=number,
-        reason="started",
-        fields={"started_at": now},
-        extra_filter={"stop_requested": False},
-    )
+
+    def start() -> bool:
+        return journal.transition(
+            execution.sequence,
+            Status.CLAIMED,
+            Status.RUNNING,
+            at=now,
+            token=token,
+            node=node,
+            attempt=number,
+            reason="started",
+            fields={"started_at": now},
+            extra_filter={"stop_requested": False},
+        )
+
+    try:
+        started = start()
+    except DatabaseLibraryError:
+        # The worker's connection may have been dropped while it sat idle (wait_timeout,
+        # idle_session_timeout, a proxy, a failover). Nothing was written: retry once on a
+        # fresh connection rather than leave the claim to expire. The write stays fenced.
+        db.drop_broken_connections()
+        started = start()
     if not started:
         _finish(attempt, node, clock, STOPPED, from_status=Status.CLAIMED)
         return
@@ -227,6 +238,7 @@ def _finish(
                 transaction.set_rollback(True)
         return moved
 
+    log_written = log_with_outcome
     try:
         try:
             done = record(log_with_outcome)
@@ -237,6 +249,7 @@ def _finish(
                 "outcome and log of %s not written together; retrying the outcome alone",
                 execution.occurrence_id,
             )
+            log_written = False
             done = record(False)
     except DatabaseLibraryError:
         logger.warning("could not record the outcome of %s; its lease will expire", execution.occurrence_id)
@@ -248,7 +261,7 @@ def _finish(
     if number > 1:
         # Later attempts rebuild every row, so a log lost at an earlier attempt heals here.
         logs.rebuild_and_confirm(execution)
-    elif not log_with_outcome:
+    elif not log_written:
         logs.write_and_confirm(execution, [log])
     if event is not None:
         event.log = log

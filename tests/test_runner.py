@@ -463,7 +463,7 @@ def test_a_log_lost_at_an_earlier_attempt_is_rebuilt_by_a_later_one(clock, monke
     scheduler.register(definition(retry={"max_attempts": 2, "backoff": [0]}, params={"fail": True}))
     runner = inline_runner(clock)
     real_write = logs.write
-    failures = iter([True])
+    failures = iter([True, True])
 
     def flaky_write(rows):
         if next(failures, False):
