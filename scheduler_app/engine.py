@@ -150,13 +150,17 @@ class Runner:
         backoff = 0.0
         try:
             while not self._stopping.is_set():
+                retry_now = False
                 try:
                     self.tick()
                     backoff = 0.0
                 except DATABASE_ERRORS:
                     db.drop_broken_connections()
+                    # The first failure is often a connection the server dropped while it sat
+                    # idle: reconnect at once; back off only if the database stays unreachable.
+                    retry_now = backoff == 0.0
                     backoff = min(MAX_BACKOFF, max(self.tick_interval, backoff * 2 or 1.0))
-                    logger.warning("database unavailable; next try in %.1fs", backoff)
+                    logger.warning("database unavailable; next try in %.1fs", 0.0 if retry_now else backoff)
                 except Exception:
                     # A bug or bad row must not kill the runner; it retries with backoff.
                     backoff = min(MAX_BACKOFF, max(self.tick_interval, backoff * 2 or 1.0))
@@ -165,8 +169,9 @@ class Runner:
                 if once:
                     self.wait_idle(self.drain_seconds)
                     break
-                self._wake.wait(self._pause(backoff or self.tick_interval))
-                self._wake.clear()
+                if not retry_now:
+                    self._wake.wait(self._pause(backoff or self.tick_interval))
+                    self._wake.clear()
         finally:
             self.stop()
 
