@@ -186,7 +186,9 @@ def _schedule_batch(now: datetime, node: str) -> _Batch:
         inserted = {row.occurrence_id for row in _insert([execution for execution, _, _ in rows])}
         created = [row for row in rows if row[0].occurrence_id in inserted]
         journal.append(
-            journal.event(execution.sequence, now, "", execution.status, reason, node=node)
+            journal.event(
+                execution.sequence, now, "", execution.status, reason, node=node, error=execution.error
+            )
             for execution, _, reason in created
         )
     return _Batch(len(tasks), created)
