@@ -32,6 +32,13 @@ FIELDS = (
     "misfire_grace_seconds",
 )
 UPDATABLE = frozenset(FIELDS) - {"id"}
+# The Task fields a definition sets: "retry" is stored as two columns.
+MODEL_FIELDS = tuple(
+    column
+    for field in FIELDS
+    if field != "id"
+    for column in (("retry_max_attempts", "retry_backoff") if field == "retry" else (field,))
+)
 CLEARABLE = frozenset({"retry", "handler", "timezone"})
 
 Errors = dict[str, list[str]]

@@ -224,7 +224,7 @@ class Scheduler:
                     wanted.save(force_insert=True)
                     synced.append(wanted)
                 else:
-                    _apply(existing, {field: getattr(wanted, field) for field in DEFINITION_FIELDS})
+                    _apply(existing, {field: getattr(wanted, field) for field in definitions.MODEL_FIELDS})
                     synced.append(existing)
         return synced
 
@@ -349,22 +349,6 @@ class Scheduler:
         return LogPage(results=results, count=count, page=page, page_size=page_size)
 
 
-DEFINITION_FIELDS = (
-    "name",
-    "description",
-    "cron",
-    "timezone",
-    "enabled",
-    "delete_after_run",
-    "idempotent",
-    "retry_max_attempts",
-    "retry_backoff",
-    "params",
-    "handler",
-    "max_concurrency",
-    "overlap",
-    "misfire_grace_seconds",
-)
 SCHEDULE_FIELDS = frozenset({"cron", "timezone", "enabled"})
 
 
