@@ -258,10 +258,7 @@ def _finish(
         logger.warning("lease lost for %s; outcome not recorded", execution.occurrence_id)
         return False
     execution.status = to_status
-    if number > 1:
-        # Later attempts rebuild every row, so a log lost at an earlier attempt heals here.
-        logs.rebuild_and_confirm(execution)
-    elif not log_written:
+    if not log_written:
         logs.write_and_confirm(execution, [log])
     if event is not None:
         event.log = log

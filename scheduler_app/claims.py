@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Case, CharField, F, PositiveIntegerField, Value, When
 
 from scheduler_app import cron, journal
 from scheduler_app.models import (
-    OCCUPYING,
     Execution,
     ExecutionEvent,
     LogPersistence,
@@ -42,12 +41,7 @@ class Ended:
 
 
 def _saturated_task_ids() -> list[str]:
-    busy = dict(
-        Execution.objects.filter(status__in=OCCUPYING)
-        .values("task_id")
-        .annotate(n=Count("sequence"))
-        .values_list("task_id", "n")
-    )
+    busy = Execution.objects.occupying().count_by_task()
     if not busy:
         return []
     limits = dict(Task.objects.filter(id__in=list(busy)).values_list("id", "max_concurrency"))
@@ -92,16 +86,13 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
             task.id: task for task in Task.objects.select_for_update(skip_locked=True).filter(id__in=task_ids)
         }
         existing = set(Task.objects.filter(id__in=task_ids - set(tasks)).values_list("id", flat=True))
-        busy = dict(
-            Execution.objects.filter(task_id__in=list(tasks), status__in=OCCUPYING)
-            .values("task_id")
-            .annotate(n=Count("sequence"))
-            .values_list("task_id", "n")
-        )
+        # Counted again under the task locks: the hint above may be stale by now.
+        busy = Execution.objects.filter(task_id__in=list(tasks)).occupying().count_by_task()
         free = {task.id: task.max_concurrency - busy.get(task.id, 0) for task in tasks.values()}
         events: list[ExecutionEvent] = []
+        chosen: list[tuple[Execution, Task]] = []
         for row in candidates:
-            if row.task_id in existing or len(claims) >= limit:
+            if row.task_id in existing or len(chosen) >= limit:
                 continue
             task = tasks.get(row.task_id)
             reason = _why_not_runnable(row, task)
@@ -112,37 +103,65 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
                     ended.append(Ended(row, task.name if task else row.task_id, Status.INTERRUPTED))
                 continue
             assert task is not None
-            if free[task.id] <= 0:
-                continue
-            token = secrets.token_hex(16)
-            attempt = row.attempt + 1
-            claimed = Execution.objects.filter(sequence=row.sequence, status=Status.PENDING).update(
-                status=Status.CLAIMED,
-                owner=node,
-                execution_token=token,
-                lease_expires_at=lease_until,
-                attempt=attempt,
-                task_revision=task.revision,
-                updated_at=now,
-            )
-            if not claimed:
-                continue
-            free[task.id] -= 1
-            row.status, row.owner, row.execution_token = Status.CLAIMED, node, token
-            row.lease_expires_at, row.attempt, row.task_revision, row.updated_at = (
-                lease_until,
-                attempt,
-                task.revision,
-                now,
-            )
+            if free[task.id] > 0:
+                free[task.id] -= 1
+                chosen.append((row, task))
+        for row, task in _take(chosen, now, node, lease_until):
             events.append(
                 journal.event(
-                    row.sequence, now, Status.PENDING, Status.CLAIMED, "claimed", node=node, attempt=attempt
+                    row.sequence,
+                    now,
+                    Status.PENDING,
+                    Status.CLAIMED,
+                    "claimed",
+                    node=node,
+                    attempt=row.attempt,
                 )
             )
-            claims.append(Claim(row, task, token))
+            claims.append(Claim(row, task, row.execution_token))
         journal.append(events)
     return claims, ended
+
+
+def _take(
+    chosen: list[tuple[Execution, Task]], now: datetime, node: str, lease_until: datetime
+) -> list[tuple[Execution, Task]]:
+    """Move the chosen pending rows to claimed in one UPDATE, each with its own fresh token."""
+    if not chosen:
+        return []
+    tokens = {row.sequence: secrets.token_hex(16) for row, _ in chosen}
+    sequences = list(tokens)
+    taken = Execution.objects.filter(sequence__in=sequences, status=Status.PENDING).update(
+        status=Status.CLAIMED,
+        owner=node,
+        execution_token=Case(
+            *(When(sequence=s, then=Value(t)) for s, t in tokens.items()), output_field=CharField()
+        ),
+        lease_expires_at=lease_until,
+        attempt=F("attempt") + 1,
+        task_revision=Case(
+            *(When(sequence=row.sequence, then=Value(task.revision)) for row, task in chosen),
+            output_field=PositiveIntegerField(),
+        ),
+        updated_at=now,
+    )
+    if taken != len(chosen):
+        # Only where rows are not locked (SQLite): keep the rows this UPDATE really took.
+        won = set(
+            Execution.objects.filter(
+                sequence__in=sequences, status=Status.CLAIMED, execution_token__in=list(tokens.values())
+            ).values_list("sequence", flat=True)
+        )
+        chosen = [(row, task) for row, task in chosen if row.sequence in won]
+    for row, task in chosen:
+        row.status, row.owner, row.execution_token = Status.CLAIMED, node, tokens[row.sequence]
+        row.lease_expires_at, row.attempt, row.task_revision, row.updated_at = (
+            lease_until,
+            row.attempt + 1,
+            task.revision,
+            now,
+        )
+    return chosen
 
 
 def interrupt_pending(row: Execution, now: datetime, reason: str, node: str) -> ExecutionEvent | None:

@@ -76,8 +76,3 @@ def drop_broken_connections() -> None:
             connection.close()
         else:
             connection.errors_occurred = False
-
-
-def close_thread_connections() -> None:
-    for connection in connections.all(initialized_only=True):
-        connection.close()

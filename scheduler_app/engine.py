@@ -12,10 +12,10 @@ from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, InterfaceError
+from django.db import DatabaseError, InterfaceError, connections
 from django.db.models import Q
 
-from scheduler_app import claims, db, logs, scheduling, wakeup
+from scheduler_app import __version__, claims, db, logs, scheduling, wakeup
 from scheduler_app.attempt import Attempt, run_attempt
 from scheduler_app.clock import Clock, DatabaseClock
 from scheduler_app.conf import scheduler_settings
@@ -52,7 +52,7 @@ class WorkerPool:
             while (item := self._queue.get()) is not None:
                 self._work(item)
         finally:
-            db.close_thread_connections()
+            connections.close_all()
 
     def submit(self, attempt: Attempt) -> None:
         self._queue.put(attempt)
@@ -119,7 +119,7 @@ class Runner:
                 "started_at": now,
                 "last_seen_at": now,
                 "stopped_at": None,
-                "version": _version(),
+                "version": __version__,
             },
         )
         self._last_renewal = time.monotonic()
@@ -201,7 +201,7 @@ class Runner:
             RunnerRecord.objects.filter(node_id=self.node_id).update(
                 stopped_at=self.clock.now(), last_seen_at=self.clock.now()
             )
-        db.close_thread_connections()
+        connections.close_all()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no attempt is in flight (used by --once and tests)."""
@@ -344,9 +344,3 @@ class Runner:
             execution.error,
         )
         logs.write_and_confirm(execution, [log])
-
-
-def _version() -> str:
-    from scheduler_app import __version__
-
-    return __version__

@@ -125,7 +125,8 @@ def write(rows: Sequence[ExecutionLog]) -> None:
 def write_and_confirm(execution: Execution, rows: Sequence[ExecutionLog]) -> bool:
     """Write the rows, then mark the execution persisted if no later attempt started since."""
     if execution.attempt > 1:
-        # Rows of earlier attempts may be missing: rebuild them all, never confirm unwritten rows.
+        # Rows of earlier attempts may be missing: rebuild them all, so a lost row heals
+        # here and no unwritten row is ever confirmed.
         return rebuild_and_confirm(execution)
     try:
         write(rows)

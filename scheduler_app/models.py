@@ -126,6 +126,13 @@ class ExecutionQuerySet(models.QuerySet):
     def occupying(self) -> ExecutionQuerySet:
         return self.filter(status__in=OCCUPYING)
 
+    def count_by_task(self) -> dict[str, int]:
+        """How many of these executions each task has."""
+        rows = (
+            self.order_by().values("task_id").annotate(n=models.Count("sequence")).values_list("task_id", "n")
+        )
+        return dict(rows)
+
 
 class Execution(models.Model):
     """One occurrence of a task: the journal row."""

@@ -7,12 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count
 
 from scheduler_app import cron, journal
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.models import (
-    OCCUPYING,
     Execution,
     Overlap,
     Status,
@@ -88,16 +86,6 @@ def _new_execution(task: Task, scheduled_for: datetime, now: datetime, status: s
     )
 
 
-def _counts(task_ids: list[str], **filters: object) -> dict[str, int]:
-    rows = (
-        Execution.objects.filter(task_id__in=task_ids, **filters)
-        .values("task_id")
-        .annotate(n=Count("sequence"))
-        .values_list("task_id", "n")
-    )
-    return dict(rows)
-
-
 def _insert(executions: list[Execution]) -> list[Execution]:
     """Insert new occurrences; the unique occurrence_id makes a repeated insert a no-op."""
     if connection.features.can_return_rows_from_bulk_insert:
@@ -125,17 +113,6 @@ def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, s
     each due task is planned by one runner, and next_run_at moves forward in
     the same transaction.
     """
-    batch = _schedule_batch(now, node)
-    return batch.created, batch.tasks >= BATCH
-
-
-@dataclass
-class _Batch:
-    tasks: int
-    created: list[tuple[Execution, str, str]]
-
-
-def _schedule_batch(now: datetime, node: str) -> _Batch:
     default_grace = int(scheduler_settings.MISFIRE_GRACE_SECONDS)
     with transaction.atomic():
         tasks = list(
@@ -144,10 +121,12 @@ def _schedule_batch(now: datetime, node: str) -> _Batch:
             .order_by("next_run_at")[:BATCH]
         )
         if not tasks:
-            return _Batch(0, [])
+            return [], False
         ids = [task.id for task in tasks]
-        occupied = _counts(ids, status__in=OCCUPYING)
-        waiting = _counts(ids, status=Status.PENDING, trigger_type=TriggerType.SCHEDULED)
+        occupied = Execution.objects.filter(task_id__in=ids).occupying().count_by_task()
+        waiting = Execution.objects.filter(
+            task_id__in=ids, status=Status.PENDING, trigger_type=TriggerType.SCHEDULED
+        ).count_by_task()
         rows: list[tuple[Execution, str, str]] = []
         for task in tasks:
             try:
@@ -191,4 +170,4 @@ def _schedule_batch(now: datetime, node: str) -> _Batch:
             )
             for execution, _, reason in created
         )
-    return _Batch(len(tasks), created)
+    return created, len(tasks) >= BATCH

@@ -240,3 +240,18 @@ def test_a_handler_kind_that_cannot_be_imported_is_unknown_not_a_crash():
     with pytest.raises(InvalidDefinition) as caught:
         scheduler.register(definition(handler={"kind": "broken"}))
     assert "handler.kind" in caught.value.errors
+
+
+def test_registry_masks_handler_secrets_for_display():
+    from scheduler_app.handlers import registry
+
+    config = {
+        "kind": "api",
+        "url": "https://user:pw@example.com/hook?token=abc",
+        "headers": {"Authorization": "Bearer s3cret"},
+    }
+    shown = str(registry.masked(config))
+    assert "s3cret" not in shown and "pw@" not in shown and "abc" not in shown
+    assert registry.masked(None) is None
+    assert registry.masked({"kind": "telepathy", "key": "k"}) == {"kind": "telepathy"}
+    assert registry.masked({"kind": "fake", "outcome": "fail"}) == {"kind": "fake", "outcome": "fail"}

@@ -13,8 +13,7 @@ from django.test import override_settings
 from scheduler_app import logs, scheduler
 from scheduler_app.exceptions import Conflict, InvalidState
 from scheduler_app.models import Execution, ExecutionLog, MaintenanceMark, log_id
-from tests.factories import definition, inline_runner
-from tests.test_runner import expire_lease
+from tests.factories import definition, expire_lease, inline_runner
 
 pytestmark = pytest.mark.django_db
 
@@ -109,7 +108,7 @@ def test_resolve_unknown_needs_the_current_updated_at(clock):
     scheduler.register(definition(cron="0 0 1 1 *"))
     execution = scheduler.trigger("report")
     runner = inline_runner(clock)
-    expire_lease(clock, runner)
+    expire_lease(clock)
     runner.tick()
     execution.refresh_from_db()
     assert execution.status == "unknown"

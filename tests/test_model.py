@@ -53,7 +53,7 @@ from scheduler_app.models import (
 )
 from scheduler_app.models import Runner as RunnerRecord
 from tests import hooks
-from tests.factories import T0, definition, inline_runner
+from tests.factories import T0, definition, expire_lease, inline_runner
 
 pytestmark = pytest.mark.django_db
 
@@ -116,6 +116,18 @@ def log_key(log: ExecutionLog) -> tuple[Any, ...]:
     return (log.attempt, log.status, log.result, log.error)
 
 
+# The varied parts of a registered task; the cron strategy differs between the first task and later ones.
+TASK_SHAPES: dict[str, st.SearchStrategy[Any]] = {
+    "task_id": st.sampled_from(TASK_IDS),
+    "idempotent": st.booleans(),
+    "attempts": st.integers(1, 3),
+    "backoff": st.sampled_from([[], [0], [10, 60], [90]]),
+    "concurrency": st.integers(1, 2),
+    "overlap": st.sampled_from(["skip", "buffer_one"]),
+    "params": st.sampled_from([{}, {"fail": True}, {"skip": True}, {"result": "ok"}]),
+}
+
+
 class SchedulerMachine(RuleBasedStateMachine):
     clock: FakeClock  # set by the test
 
@@ -134,29 +146,11 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     # -- definitions ---------------------------------------------------------------
 
-    @initialize(
-        task_id=st.sampled_from(TASK_IDS),
-        idempotent=st.booleans(),
-        attempts=st.integers(1, 3),
-        backoff=st.sampled_from([[], [0], [10, 60], [90]]),
-        concurrency=st.integers(1, 2),
-        overlap=st.sampled_from(["skip", "buffer_one"]),
-        params=st.sampled_from([{}, {"fail": True}, {"skip": True}, {"result": "ok"}]),
-        cron=st.sampled_from(CRONS[:3]),
-    )
+    @initialize(**TASK_SHAPES, cron=st.sampled_from(CRONS[:3]))
     def first_task(self, **kwargs: Any) -> None:
         self.register(**kwargs)
 
-    @rule(
-        task_id=st.sampled_from(TASK_IDS),
-        idempotent=st.booleans(),
-        attempts=st.integers(1, 3),
-        backoff=st.sampled_from([[], [0], [10, 60], [90]]),
-        concurrency=st.integers(1, 2),
-        overlap=st.sampled_from(["skip", "buffer_one"]),
-        params=st.sampled_from([{}, {"fail": True}, {"skip": True}, {"result": "ok"}]),
-        cron=st.sampled_from(CRONS),
-    )
+    @rule(**TASK_SHAPES, cron=st.sampled_from(CRONS))
     def register(
         self,
         task_id: str,
@@ -474,29 +468,14 @@ def test_repair_keeps_the_error_of_an_overlap_skip(clock):
     assert rebuilt.error == skipped.error
 
 
-def _start_and_die(clock: FakeClock, node: str) -> None:
-    (claim,), _ = claims.claim(clock.now(), node, 1, LEASE)
-    assert journal.transition(
-        claim.execution.sequence,
-        Status.CLAIMED,
-        Status.RUNNING,
-        at=clock.now(),
-        reason="started",
-        token=claim.token,
-        attempt=claim.execution.attempt,
-        fields={"started_at": clock.now()},
-    )
-    clock.advance(LEASE + 1)
-
-
 def test_a_log_lost_at_an_earlier_attempt_is_not_confirmed(clock):
     """A path the model's ghost_recovers rule opens: a later attempt's log write confirms rows it never wrote."""
     scheduler.register(definition("alpha", cron="0 0 1 1 *", idempotent=True, retry={"max_attempts": 2}))
     execution = scheduler.trigger("alpha")
     runner = inline_runner(clock)
-    _start_and_die(clock, "ghost-1")  # attempt 1 starts, its node dies
+    expire_lease(clock, node="ghost-1", lease=LEASE)  # attempt 1 starts, its node dies
     claims.recover_expired(clock.now(), "ghost-2")  # -> pending; this node dies before writing the log
-    _start_and_die(clock, "ghost-3")  # attempt 2 starts, its node dies too
+    expire_lease(clock, node="ghost-3", lease=LEASE)  # attempt 2 starts, its node dies too
     runner.tick()  # recovers attempt 2 as unknown and writes its log row
     execution.refresh_from_db()
     assert execution.status == Status.UNKNOWN

@@ -17,7 +17,7 @@ from scheduler_app.models import (
     scheduled_occurrence_id,
 )
 from tests import hooks
-from tests.factories import T0, definition, inline_runner
+from tests.factories import T0, definition, expire_lease, inline_runner
 
 pytestmark = pytest.mark.django_db
 
@@ -277,30 +277,11 @@ def test_delete_after_run_spares_a_task_updated_during_the_run(clock):
     assert Task.objects.get().name == "Changed"
 
 
-def expire_lease(clock, runner, task_id="report", *, start=True):
-    """Claim (and maybe start) an attempt as a node that then dies; return it after its lease ran out."""
-    claimed, _ = claims.claim(clock.now(), "dead-node", 1, 30)
-    (claim,) = claimed
-    if start:
-        assert journal.transition(
-            claim.execution.sequence,
-            Status.CLAIMED,
-            Status.RUNNING,
-            at=clock.now(),
-            reason="started",
-            token=claim.token,
-            attempt=claim.execution.attempt,
-            fields={"started_at": clock.now()},
-        )
-    clock.advance(31)
-    return claim
-
-
 def test_a_claim_that_never_started_is_simply_claimed_again(clock):
     scheduler.register(definition(cron="0 0 1 1 *"))
     scheduler.trigger("report")
     runner = inline_runner(clock)
-    dead = expire_lease(clock, runner, start=False)
+    dead = expire_lease(clock, start=False)
     runner.tick()  # recovery: claimed -> pending
     runner.tick()  # claim and run
     execution = Execution.objects.get()
@@ -315,7 +296,7 @@ def test_a_lost_running_attempt_of_a_non_idempotent_task_becomes_unknown(clock):
     scheduler.register(definition(cron="0 0 1 1 *", retry={"max_attempts": 3}))
     scheduler.trigger("report")
     runner = inline_runner(clock)
-    dead = expire_lease(clock, runner)
+    dead = expire_lease(clock)
     runner.tick()
     runner.tick()
     execution = Execution.objects.get()
@@ -330,7 +311,7 @@ def test_a_lost_running_attempt_of_an_idempotent_task_runs_again_as_attempt_two(
     scheduler.register(definition(cron="0 0 1 1 *", idempotent=True, retry={"max_attempts": 2}))
     execution = scheduler.trigger("report")
     runner = inline_runner(clock)
-    expire_lease(clock, runner)
+    expire_lease(clock)
     runner.tick()
     runner.tick()
     execution.refresh_from_db()
@@ -346,7 +327,7 @@ def test_an_idempotent_task_without_attempts_left_becomes_unknown(clock):
     scheduler.register(definition(cron="0 0 1 1 *", idempotent=True))
     scheduler.trigger("report")
     runner = inline_runner(clock)
-    expire_lease(clock, runner)
+    expire_lease(clock)
     runner.tick()
     assert Execution.objects.get().status == "unknown"
 
@@ -355,7 +336,7 @@ def test_unknown_holds_the_serial_slot_until_resolved(clock):
     scheduler.register(definition(cron="0 0 1 1 *"))
     first = scheduler.trigger("report")
     runner = inline_runner(clock)
-    expire_lease(clock, runner)
+    expire_lease(clock)
     runner.tick()
     second = scheduler.trigger("report")
     runner.tick()
