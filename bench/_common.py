@@ -31,9 +31,13 @@ RESULTS = ROOT / "bench" / "results"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-PG_CONNINFO = (
-    f"host={os.environ.get('PGHOST', '127.0.0.1')} port={os.environ.get('PGPORT', '5432')} user=postgres"
-)
+
+def pg_conninfo() -> str:
+    return (
+        f"host={os.environ.get('PGHOST', '127.0.0.1')} port={os.environ.get('PGPORT', '5432')} user=postgres"
+    )
+
+
 MYSQL = {"host": os.environ.get("MYSQL_HOST", "127.0.0.1"), "port": int(os.environ.get("MYSQL_PORT", "3306"))}
 
 
@@ -59,7 +63,7 @@ class DatabaseInfo:
 def _pg_admin(sql: str) -> None:
     import psycopg
 
-    with psycopg.connect(PG_CONNINFO + " dbname=postgres", autocommit=True) as conn:
+    with psycopg.connect(pg_conninfo() + " dbname=postgres", autocommit=True) as conn:
         conn.execute(sql)
 
 
@@ -95,8 +99,61 @@ def _drop(backend: str, name: str) -> None:
 
 
 @contextmanager
+def private_postgres(port: int = 5544) -> Iterator[None]:
+    """A throw-away PostgreSQL cluster on ``port`` with pg_stat_statements loaded; PGPORT points at it.
+
+    Durable commits as on the machine's own server (fsync and synchronous_commit
+    on); only the statistics module differs. Needs the server binaries and, as
+    root, the ``postgres`` user. Stopped and deleted on exit.
+    """
+    bin_dir = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
+    folder = Path(tempfile.mkdtemp(prefix="bench-pg-"))
+    data = folder / "data"
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_postgres:
+        shutil.chown(folder, "postgres", "postgres")
+    run = {"check": True, "stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
+    subprocess.run(
+        [*as_postgres, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust"], **run
+    )
+    options = (
+        f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on"
+        " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c max_connections=200"
+    )
+    subprocess.run(
+        [
+            *as_postgres,
+            str(bin_dir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            options,
+            "-l",
+            str(folder / "log"),
+            "-w",
+            "start",
+        ],
+        **run,
+    )
+    previous = os.environ.get("PGPORT")
+    os.environ["PGPORT"] = str(port)
+    try:
+        yield
+    finally:
+        subprocess.run(
+            [*as_postgres, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            **{**run, "check": False},
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+        if previous is None:
+            os.environ.pop("PGPORT", None)
+        else:
+            os.environ["PGPORT"] = previous
+
+
+@contextmanager
 def bench_database(
-    name: str, backend: str = "postgres", *, redis_url: str | None = None
+    name: str, backend: str = "postgres", *, redis_url: str | None = None, settings: str = "tests.settings"
 ) -> Iterator[DatabaseInfo]:
     """Create database ``name``, point Django (tests.settings) at it, migrate; drop it on exit.
 
@@ -105,7 +162,7 @@ def bench_database(
     if backend == "sqlite":
         name = os.path.join(tempfile.gettempdir(), f"{name}.sqlite3")
     env = {
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DJANGO_SETTINGS_MODULE": settings,
         "SCHEDULER_TEST_DB": backend,
         "SCHEDULER_DB_NAME": name,
         "SCHEDULER_REDIS_URL": redis_url or "",
@@ -292,3 +349,55 @@ def wait_until(predicate: Any, timeout: float, interval: float = 0.2, on_poll: A
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
+
+
+# -- database work ----------------------------------------------------------------
+
+
+def pg_stat_statements_ready() -> bool:
+    """Create the extension where the server preloads it (see private_postgres); False elsewhere."""
+    from django.db import DatabaseError, connection, transaction
+
+    if connection.vendor != "postgresql":
+        return False
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            cursor.execute("SELECT count(*) FROM pg_stat_statements")
+        return True
+    except DatabaseError:
+        return False
+
+
+def pg_work() -> dict[str, int]:
+    """Counters of the current database so far: commits, and statements and WAL bytes when available."""
+    from django.db import DatabaseError, connection, transaction
+
+    if connection.vendor != "postgresql":
+        return {}
+    out: dict[str, int] = {}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        out["commits"] = int(cursor.fetchone()[0])
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT coalesce(sum(calls), 0), coalesce(sum(wal_bytes), 0) FROM pg_stat_statements"
+                " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                " AND query NOT LIKE '%%pg_stat%%'"
+            )
+            calls, wal = cursor.fetchone()
+            out["statements"], out["wal_bytes"] = int(calls), int(wal)
+    except DatabaseError:
+        pass
+    return out
+
+
+def per_execution(before: dict[str, int], after: dict[str, int], executions: int) -> dict[str, float]:
+    """Database work between two pg_work() readings, divided by ``executions``."""
+    return {
+        key: round((after[key] - before[key]) / max(executions, 1), 2)
+        for key in ("commits", "statements", "wal_bytes")
+        if key in before and key in after
+    }

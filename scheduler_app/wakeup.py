@@ -26,12 +26,25 @@ def _client() -> Any:
     )
 
 
+_publishers: dict[str, Any] = {}
+_publishers_lock = threading.Lock()
+
+
+def _publisher() -> Any:
+    """One client per URL and process: its pool keeps the connection, so a wake-up is one round trip."""
+    url = scheduler_settings.REDIS_URL
+    with _publishers_lock:
+        if url not in _publishers:
+            _publishers[url] = _client()
+        return _publishers[url]
+
+
 def notify() -> None:
     """Wake runners; never fails the caller."""
     if not scheduler_settings.REDIS_URL:
         return
     try:
-        _client().publish(CHANNEL, b"1")
+        _publisher().publish(CHANNEL, b"1")
     except Exception:
         logger.info("redis wake-up not sent; runners will see the work at their next tick")
 

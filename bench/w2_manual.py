@@ -1,0 +1,162 @@
+"""W2, manual burst: one producer triggers a no-op task as fast as the Python API allows.
+
+K warm, idle runner processes (`run_scheduler --workers W`) and one task whose
+cron never fires. The producer (this process) calls scheduler.trigger(task)
+--triggers times in a loop, as fast as it returns. The handler is the no-op
+hook of bench/noop_hook.py: one line `<task id>,<time>,<occurrence id>` per
+execution in a file per runner process; executions and duplicates are counted
+from those lines.
+
+Two passes, each on a fresh database: the task with max_concurrency 32
+(throughput), then with max_concurrency 1 (serial: hand-off latency between
+executions). Reports end-to-end executions per second (triggers / (last side
+effect - first trigger call)), the trigger call latency, duplicates, and the
+database work per execution (commits; statements and WAL bytes from
+pg_stat_statements, which includes the producer's own statements).
+
+By default the runs use a private PostgreSQL cluster started by the script
+(same binaries, durable commits, pg_stat_statements preloaded); --shared-pg
+uses the server at PGHOST/PGPORT instead.
+
+Run (from the repository root):
+
+    .venv/bin/python bench/w2_manual.py [--triggers 2000] [--runners 2] [--workers 16]
+                                        [--redis-url redis://127.0.0.1:6379/0 | --redis-url ""]
+
+Writes bench/results/w2_manual.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections import Counter
+from contextlib import ExitStack
+from typing import Any
+
+from _common import (
+    Processes,
+    bench_database,
+    per_execution,
+    pg_stat_statements_ready,
+    pg_work,
+    private_postgres,
+    summary,
+    wait_until,
+    write_results,
+)
+from noop_hook import read_side_effects
+
+TASK = "w2-noop"
+WARMUP = 20
+
+
+def one_pass(args: argparse.Namespace, concurrency: int, triggers: int) -> dict[str, Any]:
+    with ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="w2-effects-"))
+        db = stack.enter_context(
+            bench_database("bench_w2", redis_url=args.redis_url or None, settings="bench.settings")
+        )
+        procs = stack.enter_context(Processes())
+        from scheduler_app import scheduler
+        from scheduler_app.models import Execution, Runner
+
+        scheduler.register({"id": TASK, "name": "No-op", "cron": "0 0 1 1 *", "max_concurrency": concurrency})
+        env = {"BENCH_SIDE_EFFECTS": folder}
+        runners = [
+            procs.start_runner(db, f"w2-{i}", "--workers", str(args.workers), env=env)
+            for i in range(args.runners)
+        ]
+        if not wait_until(lambda: Runner.objects.count() == args.runners, 60):
+            raise SystemExit("runners did not start:\n" + runners[0].log_tail())
+        for _ in range(WARMUP):
+            scheduler.trigger(TASK, source="warmup", wait=30)
+        statements = pg_stat_statements_ready()
+        before = pg_work()
+        calls = []
+        first = time.time()
+        for _ in range(triggers):
+            start = time.perf_counter()
+            scheduler.trigger(TASK, source="bench")
+            calls.append((time.perf_counter() - start) * 1000)
+        produced = time.time()
+        total = WARMUP + triggers
+
+        def lines() -> list[tuple[str, float, str]]:
+            return read_side_effects(folder)
+
+        done = wait_until(lambda: len(lines()) >= total, args.timeout, 0.1)
+        wait_until(
+            lambda: (
+                not Execution.objects.filter(
+                    task_id=TASK, status__in=["pending", "claimed", "running"]
+                ).exists()
+            ),
+            30,
+            0.1,
+        )
+        after = pg_work()
+        for runner in runners:
+            runner.sample_rss()
+        effects = [row for row in lines() if row[1] >= first]
+        per_occurrence = Counter(occurrence for _, _, occurrence in lines())
+        last = max((t for _, t, _ in effects), default=first)
+        statuses = Counter(
+            Execution.objects.filter(task_id=TASK, trigger_source="bench").values_list("status", flat=True)
+        )
+        return {
+            "max_concurrency": concurrency,
+            "triggers": triggers,
+            "all_ran": done,
+            "side_effects": len(effects),
+            "duplicates": sum(n - 1 for n in per_occurrence.values() if n > 1),
+            "statuses": dict(statuses),
+            "executions_per_second": round(len(effects) / (last - first), 1) if last > first else None,
+            "seconds_first_trigger_to_last_effect": round(last - first, 3),
+            "producer_triggers_per_second": round(triggers / (produced - first), 1),
+            "trigger_call_ms": summary(calls, 3),
+            "per_execution": per_execution(before, after, triggers),
+            "pg_stat_statements": statements,
+            "runner_peak_rss_mb": [round(r.peak_rss_kb / 1024, 1) for r in runners],
+            "runner_exit_codes": list(procs.stop_all().values()),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--triggers", type=int, default=2000)
+    parser.add_argument("--serial-triggers", type=int, default=500)
+    parser.add_argument("--runners", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--shared-pg", action="store_true")
+    parser.add_argument("--only", choices=["32", "1"])
+    args = parser.parse_args()
+    results: dict[str, Any] = {
+        "runners": args.runners,
+        "workers": args.workers,
+        "redis": bool(args.redis_url),
+    }
+    with ExitStack() as stack:
+        if not args.shared_pg:
+            stack.enter_context(private_postgres())
+        for concurrency, triggers in ((32, args.triggers), (1, args.serial_triggers)):
+            if args.only and args.only != str(concurrency):
+                continue
+            r = one_pass(args, concurrency, triggers)
+            results[f"max_concurrency_{concurrency}"] = r
+            c = r["trigger_call_ms"]
+            print(
+                f"max_concurrency {concurrency}: {r['side_effects']}/{triggers} ran, {r['duplicates']} duplicates,"
+                f" {r['executions_per_second']} executions/s end to end,"
+                f" producer {r['producer_triggers_per_second']} triggers/s,"
+                f" trigger call p50 {c['p50']} ms p99 {c['p99']} ms; per execution {r['per_execution']};"
+                f" statuses {r['statuses']}; peak RSS {r['runner_peak_rss_mb']} MB"
+            )
+    write_results("w2_manual", results)
+
+
+if __name__ == "__main__":
+    main()
