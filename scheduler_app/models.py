@@ -42,6 +42,8 @@ class Task(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["enabled", "next_run_at"], name="scheduler_task_due")]
+        # Separate from change_task: a handler is code (JavaScript) or a network target (HTTP).
+        permissions = [("change_task_handler", "Can change task handlers (JavaScript code, HTTP targets)")]
 
     def __str__(self) -> str:
         return self.id

@@ -1,0 +1,92 @@
+"""The runner admin: which nodes are alive, since when, and what they hold."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from scheduler_app.admin.common import ReadOnlyAdmin
+from scheduler_app.conf import scheduler_settings
+from scheduler_app.db import probe
+from scheduler_app.models import LEASED, Execution, Runner
+
+STATES = ("alive", "silent", "stopped")
+
+
+class StateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(state, state) for state in STATES]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() in STATES:
+            return queryset.filter(state=self.value())
+        return queryset
+
+
+@admin.register(Runner)
+class RunnerAdmin(ReadOnlyAdmin):
+    list_display = ("node_id", "state", "started_at", "last_seen_at", "holds", "host", "pid", "version")
+    list_filter = (StateFilter,)
+    search_fields = ("node_id", "host")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Runner]:
+        # Runners write last_seen_at on the database clock, so "alive" is judged on it too
+        # (the same rule as manage.py scheduler_status).
+        horizon = probe().now - timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
+        held = (
+            Execution.objects.filter(owner=OuterRef("node_id"), status__in=LEASED)
+            .order_by()
+            .values("owner")
+            .annotate(n=Count("sequence"))
+            .values("n")
+        )
+        runners: QuerySet[Runner] = (
+            super()
+            .get_queryset(request)
+            .annotate(
+                state=Case(
+                    When(~Q(stopped_at=None), then=Value("stopped")),
+                    When(last_seen_at__gte=horizon, then=Value("alive")),
+                    default=Value("silent"),
+                    output_field=CharField(),
+                ),
+                held=Coalesce(Subquery(held, output_field=IntegerField()), 0),
+            )
+        )
+        return runners
+
+    @admin.display(description="state", ordering="state")
+    def state(self, runner: Runner) -> str:
+        return str(getattr(runner, "state", ""))
+
+    @admin.display(description="holds (claimed or running)", ordering="held")
+    def holds(self, runner: Runner) -> SafeString | int:
+        held = int(getattr(runner, "held", 0))
+        if not held:
+            return 0
+        query = urlencode({"owner": runner.node_id, "status__in": ",".join(LEASED)})
+        url = f"{reverse('admin:scheduler_app_execution_changelist')}?{query}"
+        return format_html('<a href="{}">{}</a>', url, held)

@@ -1,0 +1,290 @@
+"""The task admin: definitions edited through the services, run now, enable and disable."""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.contrib import admin, messages
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.forms import ModelForm
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import ngettext
+
+from scheduler_app import cron
+from scheduler_app.admin.common import actor, tell
+from scheduler_app.admin.crontext import describe
+from scheduler_app.admin.forms import HANDLER_PERMISSION, TaskForm
+from scheduler_app.exceptions import SchedulerError, TaskNotFound
+from scheduler_app.handlers import registry
+from scheduler_app.models import TERMINAL, Execution, Status, Task
+from scheduler_app.services import scheduler
+
+PREVIEW_COUNT = 5
+OUTCOMES = (*TERMINAL, Status.UNKNOWN)
+
+
+class LastOutcomeFilter(admin.SimpleListFilter):
+    title = "last outcome"
+    parameter_name = "last_outcome"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(status, status) for status in OUTCOMES]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() in OUTCOMES:
+            return queryset.filter(last_status=self.value())
+        return queryset
+
+
+def _zone(name: str) -> ZoneInfo | None:
+    try:
+        return ZoneInfo(name or "UTC")
+    except (ValueError, OSError):
+        return None
+
+
+def _both_zones(instant: datetime, zone_name: str) -> SafeString:
+    """An instant in the task's zone, and in UTC beneath it."""
+    utc = f"{instant.astimezone(ZoneInfo('UTC')):%Y-%m-%d %H:%M} UTC"
+    zone = _zone(zone_name)
+    if zone is None or not zone_name or zone_name == "UTC":
+        return format_html("{}", utc)
+    return format_html("{}<br><small>{}</small>", f"{instant.astimezone(zone):%Y-%m-%d %H:%M %Z}", utc)
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    form = TaskForm
+    list_display = ("id", "name", "schedule", "zone", "enabled", "next_run", "last_outcome")
+    list_filter = ("enabled", LastOutcomeFilter, "overlap", "idempotent")
+    search_fields = ("id", "name", "description")
+    actions = ["run_now", "enable", "disable"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
+        last = (
+            Execution.objects.filter(task_id=OuterRef("pk"), status__in=OUTCOMES)
+            .order_by("-sequence")
+            .values("status")[:1]
+        )
+        tasks: QuerySet[Task] = super().get_queryset(request).annotate(last_status=Subquery(last))
+        return tasks
+
+    # -- the form --------------------------------------------------------------
+
+    def _handler_field(self, request: HttpRequest, obj: Task | None) -> str:
+        """The editable handler only for those allowed to change it; everyone else sees it masked."""
+        can_save = self.has_change_permission(request, obj) if obj else self.has_add_permission(request)
+        return "handler" if can_save and request.user.has_perm(HANDLER_PERMISSION) else "masked_handler"
+
+    def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> Any:
+        return [
+            (None, {"fields": ("id", "name", "description", "enabled")}),
+            ("Schedule", {"fields": ("cron", "timezone", "next_fire_times", "misfire_grace_seconds")}),
+            (
+                "Runs",
+                {
+                    "fields": (
+                        "retry_max_attempts",
+                        "retry_backoff",
+                        "idempotent",
+                        "max_concurrency",
+                        "overlap",
+                        "delete_after_run",
+                    )
+                },
+            ),
+            ("Handler", {"fields": ("params", self._handler_field(request, obj))}),
+            ("Record", {"fields": ("revision", "next_run", "created_at", "updated_at")}),
+        ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
+        fields = ["masked_handler", "next_fire_times", "revision", "next_run", "created_at", "updated_at"]
+        return ["id", *fields] if obj is not None else fields
+
+    def save_model(self, request: HttpRequest, obj: Task, form: ModelForm, change: bool) -> None:
+        assert isinstance(form, TaskForm)
+        definition = form.definition
+        try:
+            if change:
+                keys = {"retry" if name.startswith("retry_") else name for name in form.changed_data}
+                scheduler.update_task(obj.id, **{key: definition[key] for key in keys if key in definition})
+            else:
+                scheduler.register(definition)
+        except SchedulerError as exc:
+            # Validated a moment ago: only a concurrent change or a database failure ends here.
+            self.message_user(request, f"The task was not saved: {exc.message}", messages.ERROR)
+            return
+        obj.refresh_from_db()
+
+    def delete_model(self, request: HttpRequest, obj: Task) -> None:
+        with suppress(TaskNotFound):
+            scheduler.unregister(obj.id)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        for task in queryset:
+            self.delete_model(request, task)
+
+    # -- columns and read-only fields -----------------------------------------
+
+    @admin.display(description="cron", ordering="cron")
+    def schedule(self, task: Task) -> SafeString:
+        return format_html("<code>{}</code><br><small>{}</small>", task.cron, describe(task.cron))
+
+    @admin.display(description="timezone", ordering="timezone")
+    def zone(self, task: Task) -> str:
+        return task.timezone or "UTC"
+
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run(self, task: Task) -> SafeString | str:
+        if task.next_run_at is None:
+            return "-"
+        return _both_zones(task.next_run_at, task.timezone)
+
+    @admin.display(description="last outcome", ordering="last_status")
+    def last_outcome(self, task: Task) -> str:
+        return getattr(task, "last_status", None) or "-"
+
+    @admin.display(description="next five fire times")
+    def next_fire_times(self, task: Task) -> SafeString | str:
+        if task is None or not task.pk:
+            return "-"
+        times: list[datetime] = []
+        after = timezone.now()
+        try:
+            for _ in range(PREVIEW_COUNT):
+                after = cron.next_fire_time(task.cron, task.timezone, after)
+                times.append(after)
+        except ValueError:
+            # InvalidCron is a ValueError too: a stored schedule that cannot be evaluated.
+            if not times:
+                return "the stored cron expression or timezone cannot be evaluated"
+        return format_html(
+            "<ol>{}</ol>",
+            format_html_join("", "<li>{}</li>", ((_both_zones(t, task.timezone),) for t in times)),
+        )
+
+    @admin.display(description="handler")
+    def masked_handler(self, task: Task) -> SafeString | str:
+        if task is None or task.handler is None:
+            return "none: the on_task_execute hook runs the task"
+        import json
+
+        shown = json.dumps(registry.masked(task.handler), indent=2, sort_keys=True)
+        return format_html("<pre>{}</pre>", shown)
+
+    # -- actions ---------------------------------------------------------------
+
+    @admin.action(description="Run selected tasks now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        done, refused = [], []
+        for task in queryset:
+            try:
+                execution = scheduler.trigger(task.id, source=actor(request))
+            except SchedulerError as exc:
+                refused.append(f"{task.id} ({exc.message})")
+                continue
+            self.log_change(request, task, f"Run now: execution {execution.occurrence_id} created.")
+            done.append(task.id)
+        tell(
+            self,
+            request,
+            ngettext(
+                "Triggered %(count)d task; its execution is pending: %(items)s.",
+                "Triggered %(count)d tasks; their executions are pending: %(items)s.",
+                len(done),
+            ),
+            done,
+            messages.SUCCESS,
+        )
+        tell(
+            self,
+            request,
+            ngettext(
+                "Could not trigger %(count)d task: %(items)s.",
+                "Could not trigger %(count)d tasks: %(items)s.",
+                len(refused),
+            ),
+            refused,
+            messages.ERROR,
+        )
+
+    @admin.action(description="Enable selected tasks", permissions=["change"])
+    def enable(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        self._set_enabled(request, queryset, True)
+
+    @admin.action(description="Disable selected tasks", permissions=["change"])
+    def disable(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        self._set_enabled(request, queryset, False)
+
+    def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Task], enabled: bool) -> None:
+        done, unchanged, refused = [], [], []
+        for task in queryset:
+            if task.enabled == enabled:
+                unchanged.append(task.id)
+                continue
+            try:
+                scheduler.update_task(task.id, enabled=enabled)
+            except SchedulerError as exc:
+                refused.append(f"{task.id} ({exc.message})")
+                continue
+            self.log_change(request, task, "Enabled." if enabled else "Disabled.")
+            done.append(task.id)
+        if enabled:
+            tell(
+                self,
+                request,
+                ngettext(
+                    "Enabled %(count)d task: %(items)s.", "Enabled %(count)d tasks: %(items)s.", len(done)
+                ),
+                done,
+                messages.SUCCESS,
+            )
+            tell(
+                self,
+                request,
+                ngettext(
+                    "%(count)d task was already enabled: %(items)s.",
+                    "%(count)d tasks were already enabled: %(items)s.",
+                    len(unchanged),
+                ),
+                unchanged,
+                messages.INFO,
+            )
+        else:
+            tell(
+                self,
+                request,
+                ngettext(
+                    "Disabled %(count)d task: %(items)s.", "Disabled %(count)d tasks: %(items)s.", len(done)
+                ),
+                done,
+                messages.SUCCESS,
+            )
+            tell(
+                self,
+                request,
+                ngettext(
+                    "%(count)d task was already disabled: %(items)s.",
+                    "%(count)d tasks were already disabled: %(items)s.",
+                    len(unchanged),
+                ),
+                unchanged,
+                messages.INFO,
+            )
+        tell(
+            self,
+            request,
+            ngettext(
+                "Could not change %(count)d task: %(items)s.",
+                "Could not change %(count)d tasks: %(items)s.",
+                len(refused),
+            ),
+            refused,
+            messages.ERROR,
+        )

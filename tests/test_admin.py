@@ -1,0 +1,602 @@
+"""The admin as an operator uses it: pages, the task form, actions, the resolve confirmation and permissions."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from scheduler_app import scheduler
+from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Runner, Task
+from tests import hooks
+from tests.factories import definition
+
+pytestmark = pytest.mark.django_db
+
+TOKEN = "tok-3f9a1c77d0e24b5b"
+EXECUTIONS = reverse("admin:scheduler_app_execution_changelist")
+TASKS = reverse("admin:scheduler_app_task_changelist")
+SECRET_HANDLER = {
+    "kind": "api",
+    "url": "https://robot:pa55word@example.com/hook?token=s3cr3t-query",
+    "method": "POST",
+    "headers": {"Authorization": "Bearer top-s3cret"},
+}
+SECRETS = ("pa55word", "s3cr3t-query", "top-s3cret")
+
+
+def make_execution(task_id: str = "report", status: str = "unknown", **fields: Any) -> Execution:
+    """A journal row with its history, written directly: claimed by node-a, then ``status``."""
+    now = timezone.now()
+    values: dict[str, Any] = {
+        "occurrence_id": uuid.uuid4(),
+        "task_id": task_id,
+        "trigger_type": "scheduled",
+        "scheduled_for": now.replace(second=0, microsecond=0) - timedelta(minutes=10),
+        "due_at": now - timedelta(minutes=10),
+        "status": status,
+        "attempt": 1,
+        "owner": "node-a",
+        "execution_token": TOKEN,
+        "lease_expires_at": now - timedelta(minutes=1),
+        "created_at": now - timedelta(minutes=10),
+        "started_at": now - timedelta(minutes=9),
+        "updated_at": now,
+        "log_persistence": "persisted",
+    }
+    values.update(fields)
+    execution = Execution.objects.create(**values)
+    steps = [("", "pending", "scheduled", "", 0), ("pending", "claimed", "claimed", "node-a", 1)]
+    if status != "pending":
+        steps.append(("claimed", "running", "started", "node-a", 1))
+    reasons = {"unknown": "lease expired while running; outcome unknown", "success": "succeeded"}
+    if status not in ("pending", "claimed", "running"):
+        steps.append(("running", status, reasons.get(status, status), "node-b", 1))
+    for minute, (before, after, reason, node, attempt) in enumerate(steps):
+        ExecutionEvent.objects.create(
+            execution=execution,
+            at=now - timedelta(minutes=10 - minute),
+            from_status=before,
+            to_status=after,
+            reason=reason,
+            node=node,
+            attempt=attempt,
+            result={"sent": 3} if after == "success" else None,
+        )
+    return execution
+
+
+def staff(username: str, *codenames: str) -> User:
+    user = User.objects.create_user(username, password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="scheduler_app", codename__in=codenames)
+    )
+    return user
+
+
+@pytest.fixture
+def operator_client() -> Client:
+    """A staff user who may view and operate executions but not resolve unknown ones."""
+    client = Client()
+    client.force_login(staff("olga", "view_execution", "change_execution", "view_task", "view_executionlog"))
+    return client
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(message) for message in response.context["messages"]]
+
+
+def action(name: str, *executions: Execution, **extra: Any) -> dict[str, Any]:
+    return {"action": name, "_selected_action": [e.pk for e in executions], "index": "0", **extra}
+
+
+def confirm(name: str, *executions: Execution, expected: dict[int, str] | None = None) -> dict[str, Any]:
+    """The POST the confirmation page sends."""
+    data: dict[str, Any] = {"action": name, "_selected_action": [e.pk for e in executions], "post": "yes"}
+    for execution in executions:
+        value = (expected or {}).get(execution.pk, execution.updated_at.isoformat())
+        data[f"expected_{execution.pk}"] = value
+    return data
+
+
+def task_form(task: Task | None = None, **overrides: Any) -> dict[str, Any]:
+    """The task form as a browser posts it, from a task or defaults."""
+    source = task.to_definition() if task else definition("report")
+    data: dict[str, Any] = {
+        "name": source.get("name", ""),
+        "description": source.get("description", ""),
+        "cron": source["cron"],
+        "timezone": source.get("timezone", ""),
+        "misfire_grace_seconds": "",
+        "retry_max_attempts": (source.get("retry") or {}).get("max_attempts", 1),
+        "retry_backoff": json.dumps((source.get("retry") or {}).get("backoff", [])),
+        "max_concurrency": source.get("max_concurrency", 1),
+        "overlap": source.get("overlap", "skip"),
+        "params": json.dumps(source.get("params") or {}),
+        "_save": "Save",
+    }
+    if source.get("enabled", True):
+        data["enabled"] = "on"
+    if task is None:
+        data["id"] = source["id"]
+    data.update(overrides)
+    return {key: value for key, value in data.items() if value is not None}
+
+
+# -- tasks -------------------------------------------------------------------
+
+
+def test_the_task_list_reads_the_cron_shows_both_zones_and_the_last_outcome(admin_client):
+    scheduler.register(definition("report", cron="0 2 * * *", timezone="Europe/Berlin"))
+    scheduler.register(definition("sweep", cron="*/5 * * * *"))
+    make_execution("report", "success")
+    response = admin_client.get(TASKS)
+    page = response.content.decode()
+    assert "at 02:00 every day" in page
+    assert "every 5 minutes" in page
+    task = Task.objects.get(id="report")
+    berlin = task.next_run_at.astimezone(__import__("zoneinfo").ZoneInfo("Europe/Berlin"))
+    assert f"{berlin:%Y-%m-%d %H:%M} CE" in page
+    assert f"{task.next_run_at:%Y-%m-%d %H:%M} UTC" in page
+    rows = {row.id: row for row in response.context["cl"].result_list}
+    assert rows["report"].last_status == "success"
+    assert rows["sweep"].last_status is None
+
+
+def test_the_task_list_searches_and_filters(admin_client):
+    scheduler.register(definition("report", name="Nightly report"))
+    scheduler.register(definition("sweep", enabled=False))
+    make_execution("sweep", "unknown")
+
+    def ids(query: str) -> list[str]:
+        return [task.id for task in admin_client.get(f"{TASKS}?{query}").context["cl"].result_list]
+
+    assert ids("q=nightly") == ["report"]
+    assert ids("enabled__exact=0") == ["sweep"]
+    assert ids("last_outcome=unknown") == ["sweep"]
+
+
+def test_a_new_task_is_registered_through_the_service(admin_client):
+    response = admin_client.post(
+        reverse("admin:scheduler_app_task_add"),
+        task_form(cron="0  3 * * *", timezone="Europe/Paris", retry_max_attempts=3, retry_backoff="[10, 60]"),
+    )
+    assert response.status_code == 302
+    task = Task.objects.get(id="report")
+    assert task.cron == "0 3 * * *"
+    assert (task.retry_max_attempts, task.retry_backoff) == (3, [10, 60])
+    assert task.next_run_at is not None
+    assert LogEntry.objects.get(object_id="report").is_addition()
+
+
+def test_an_edit_goes_through_update_task(admin_client):
+    task = scheduler.register(definition("report", cron="0 2 * * *"))
+    url = reverse("admin:scheduler_app_task_change", args=["report"])
+    response = admin_client.post(url, task_form(task, cron="30 4 * * *", name="Renamed"))
+    assert response.status_code == 302
+    task.refresh_from_db()
+    assert (task.cron, task.name, task.revision) == ("30 4 * * *", "Renamed", 2)
+    assert task.next_run_at.hour == 4 and task.next_run_at.minute == 30
+    assert LogEntry.objects.get(object_id="report").is_change()
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        ({"cron": "61 * * * *"}, "cron", "out of range"),
+        ({"timezone": "Mars/Olympus"}, "timezone", "timezone"),
+        ({"retry_max_attempts": "0"}, "retry_max_attempts", "from 1 to 100"),
+        ({"misfire_grace_seconds": "0"}, "misfire_grace_seconds", "from 1 to 31 days"),
+    ],
+)
+def test_form_errors_are_shown_per_field_and_save_nothing(admin_client, change, field, message):
+    task = scheduler.register(definition("report", cron="0 2 * * *"))
+    before = Task.objects.values().get(id="report")
+    url = reverse("admin:scheduler_app_task_change", args=["report"])
+    response = admin_client.post(url, task_form(task, **change))
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert message in " ".join(errors[field])
+    assert Task.objects.values().get(id="report") == before
+    assert not LogEntry.objects.exists()
+
+
+def test_bad_handler_fields_are_shown_and_save_nothing(admin_client):
+    user = User.objects.get(username="admin")
+    assert user.has_perm("scheduler_app.change_task_handler")
+    task = scheduler.register(definition("report"))
+    url = reverse("admin:scheduler_app_task_change", args=["report"])
+    bad = json.dumps({"kind": "api", "url": "ftp://example.com/x", "method": "BREW"})
+    response = admin_client.post(url, task_form(task, handler=bad))
+    assert response.status_code == 200
+    errors = " ".join(response.context["adminform"].form.errors["handler"])
+    assert "url:" in errors and "method:" in errors
+    assert Task.objects.get(id="report").handler is None
+    response = admin_client.post(url, task_form(task, handler=json.dumps({"kind": "nope"})))
+    assert "Unknown handler kind" in " ".join(response.context["adminform"].form.errors["handler"])
+    assert Task.objects.get(id="report").revision == 1
+
+
+def test_the_change_page_previews_the_next_five_fire_times(admin_client):
+    scheduler.register(definition("report", cron="0 9 * * *", timezone="America/New_York"))
+    page = admin_client.get(reverse("admin:scheduler_app_task_change", args=["report"])).content.decode()
+    preview = re.search(r"<ol>(.*?)</ol>", page, re.S)
+    assert preview is not None
+    items = re.findall(r"<li>(.*?)</li>", preview.group(1), re.S)
+    assert len(items) == 5
+    assert all("09:00 E" in item and "UTC" in item for item in items)
+
+
+def test_handler_secrets_are_masked_on_every_task_page(admin_client):
+    scheduler.register(definition("report", handler=SECRET_HANDLER))
+    viewer = Client()
+    viewer.force_login(staff("vera", "view_task"))
+    for client in (admin_client, viewer):
+        for url in (TASKS, reverse("admin:scheduler_app_task_change", args=["report"])):
+            page = client.get(url).content.decode()
+            assert not any(secret in page for secret in SECRETS), url
+    page = admin_client.get(reverse("admin:scheduler_app_task_change", args=["report"])).content.decode()
+    assert "robot:***@example.com/hook?token=***" in page
+
+
+def test_saving_the_form_keeps_the_masked_secrets(admin_client):
+    task = scheduler.register(definition("report", handler=SECRET_HANDLER))
+    url = reverse("admin:scheduler_app_task_change", args=["report"])
+    shown = admin_client.get(url).context["adminform"].form.initial["handler"]
+    assert shown["headers"] == {"Authorization": "***"}
+    edited = {**shown, "method": "PUT"}
+    response = admin_client.post(url, task_form(task, handler=json.dumps(edited)))
+    assert response.status_code == 302
+    assert Task.objects.get(id="report").handler == {**SECRET_HANDLER, "method": "PUT"}
+
+
+def test_changing_a_handler_needs_its_own_permission(admin_client):
+    task = scheduler.register(definition("report", cron="0 2 * * *", handler=SECRET_HANDLER))
+    scheduler_only = Client()
+    scheduler_only.force_login(staff("sam", "view_task", "change_task"))
+    url = reverse("admin:scheduler_app_task_change", args=["report"])
+    page = scheduler_only.get(url).content.decode()
+    assert 'name="handler"' not in page
+    assert not any(secret in page for secret in SECRETS)
+    crafted = task_form(task, cron="0 5 * * *", handler=json.dumps({"kind": "js", "code": "() => 1"}))
+    response = scheduler_only.post(url, crafted)
+    assert response.status_code == 302
+    task.refresh_from_db()
+    assert task.cron == "0 5 * * *"
+    assert task.handler == SECRET_HANDLER
+    assert 'name="handler"' in admin_client.get(url).content.decode()
+
+
+def test_adding_a_task_without_the_handler_permission_gives_a_hook_task():
+    client = Client()
+    client.force_login(staff("sam", "view_task", "add_task", "change_task"))
+    data = task_form(handler=json.dumps({"kind": "fake"}))
+    response = client.post(reverse("admin:scheduler_app_task_add"), data)
+    assert response.status_code == 302
+    assert Task.objects.get(id="report").handler is None
+
+
+def test_deleting_a_task_unregisters_it_and_keeps_its_journal(admin_client):
+    scheduler.register(definition("report"))
+    execution = make_execution("report", "success")
+    url = reverse("admin:scheduler_app_task_delete", args=["report"])
+    assert admin_client.post(url, {"post": "yes"}).status_code == 302
+    assert not Task.objects.exists()
+    assert Execution.objects.filter(pk=execution.pk).exists()
+
+
+def test_run_now_triggers_with_the_admin_as_source(admin_client):
+    scheduler.register(definition("report"))
+    scheduler.register(definition("sweep", enabled=False))
+    response = admin_client.post(
+        TASKS, action("run_now") | {"_selected_action": ["report", "sweep"]}, follow=True
+    )
+    runs = Execution.objects.filter(trigger_type="manual").order_by("task_id")
+    assert [(e.task_id, e.trigger_source, e.status) for e in runs] == [
+        ("report", "admin", "pending"),
+        ("sweep", "admin", "pending"),
+    ]
+    assert runs[0].events.get().reason == "triggered by admin"
+    assert messages_of(response) == ["Triggered 2 tasks; their executions are pending: report, sweep."]
+    assert LogEntry.objects.filter(object_id="report", change_message__contains="Run now").exists()
+
+
+def test_enable_and_disable_name_what_changed_and_what_already_was(admin_client):
+    scheduler.register(definition("report"))
+    scheduler.register(definition("sweep", enabled=False))
+    response = admin_client.post(
+        TASKS, action("disable") | {"_selected_action": ["report", "sweep"]}, follow=True
+    )
+    assert not Task.objects.filter(enabled=True).exists()
+    assert messages_of(response) == [
+        "Disabled 1 task: report.",
+        "1 task was already disabled: sweep.",
+    ]
+    response = admin_client.post(
+        TASKS, action("enable") | {"_selected_action": ["report", "sweep"]}, follow=True
+    )
+    assert Task.objects.filter(enabled=True).count() == 2
+    assert messages_of(response) == ["Enabled 2 tasks: report, sweep."]
+    assert Task.objects.get(id="report").revision == 3
+    assert LogEntry.objects.filter(object_id="report").count() == 2
+
+
+def test_task_actions_need_the_change_permission():
+    scheduler.register(definition("report"))
+    viewer = Client()
+    viewer.force_login(staff("vera", "view_task"))
+    assert "run_now" not in viewer.get(TASKS).content.decode()
+    response = viewer.post(TASKS, action("run_now") | {"_selected_action": ["report"]}, follow=True)
+    assert response.status_code == 200
+    assert not Execution.objects.exists()
+
+
+# -- executions ----------------------------------------------------------------
+
+
+def test_the_execution_list_offers_unknown_first_and_shows_the_columns(admin_client):
+    make_execution("report", "unknown", trigger_source="")
+    page = admin_client.get(EXECUTIONS).content.decode()
+    filters = re.findall(r'href="\?status=(\w+)"', page)
+    assert filters[:2] == ["unknown", "pending"]
+    assert "node-a" in page
+    assert "1 of 1" in page
+    assert TOKEN not in page
+    unknown = admin_client.get(f"{EXECUTIONS}?status=unknown").context["cl"].result_list
+    assert [e.status for e in unknown] == ["unknown"]
+
+
+def test_the_execution_page_shows_the_history_and_attempt_outcomes_never_the_token(admin_client):
+    execution = make_execution("report", "success", result={"sent": 3})
+    page = admin_client.get(
+        reverse("admin:scheduler_app_execution_change", args=[execution.pk])
+    ).content.decode()
+    for reason in ("scheduled", "claimed", "started", "succeeded"):
+        assert reason in page
+    assert "node-b" in page
+    assert "{&quot;sent&quot;: 3}" in page
+    assert TOKEN not in page
+    assert "execution_token" not in page
+
+
+def test_the_resolve_confirmation_lists_the_evidence_and_the_values_it_read(admin_client):
+    execution = make_execution("report", "unknown")
+    response = admin_client.post(EXECUTIONS, action("resolve_as_discarded", execution))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Resolve unknown executions as discarded?" in page
+    assert "lease expired while running; outcome unknown" in page
+    assert "node-a" in page
+    assert f'name="expected_{execution.pk}" value="{execution.updated_at.isoformat()}"' in page
+    assert TOKEN not in page
+    assert Execution.objects.get(pk=execution.pk).status == "unknown"
+
+
+def test_confirming_resolves_each_row_and_records_it(admin_client):
+    first, second = make_execution("report"), make_execution("sweep")
+    response = admin_client.post(EXECUTIONS, confirm("resolve_as_success", first, second), follow=True)
+    assert {e.status for e in Execution.objects.all()} == {"success"}
+    assert first.events.last().reason == "resolved as success by admin"
+    names = f"report {str(first.occurrence_id)[:8]}, sweep {str(second.occurrence_id)[:8]}"
+    assert messages_of(response) == [f"Resolved 2 unknown executions as success: {names}."]
+    entries = LogEntry.objects.filter(change_message="Resolved unknown as success.")
+    assert {entry.object_id for entry in entries} == {str(first.pk), str(second.pk)}
+    assert ExecutionLog.objects.get(occurrence_id=first.occurrence_id).status == "success"
+
+
+def test_a_row_changed_after_the_confirmation_page_is_a_conflict_and_left_alone(admin_client):
+    stale, fresh = make_execution("report"), make_execution("sweep")
+    shown = confirm("resolve_as_discarded", stale, fresh)
+    Execution.objects.filter(pk=stale.pk).update(updated_at=stale.updated_at + timedelta(seconds=1))
+    response = admin_client.post(EXECUTIONS, shown, follow=True)
+    assert Execution.objects.get(pk=stale.pk).status == "unknown"
+    assert Execution.objects.get(pk=fresh.pk).status == "discarded"
+    assert messages_of(response) == [
+        f"Resolved 1 unknown execution as discarded: sweep {str(fresh.occurrence_id)[:8]}.",
+        f"1 execution changed after the confirmation page was shown and was left alone "
+        f"(conflict; review it again): report {str(stale.occurrence_id)[:8]}.",
+    ]
+    assert not LogEntry.objects.filter(object_id=str(stale.pk)).exists()
+
+
+def test_a_row_resolved_by_someone_else_meanwhile_is_a_conflict(admin_client):
+    execution = make_execution("report")
+    shown = confirm("resolve_as_discarded", execution)
+    scheduler.executions.resolve_unknown(execution.occurrence_id, "success", execution.updated_at, by="bob")
+    response = admin_client.post(EXECUTIONS, shown, follow=True)
+    assert Execution.objects.get(pk=execution.pk).status == "success"
+    assert "conflict" in messages_of(response)[0]
+
+
+def test_rows_that_are_not_unknown_are_refused(admin_client):
+    unknown, done = make_execution("report"), make_execution("sweep", "success")
+    page = admin_client.post(EXECUTIONS, action("resolve_as_success", unknown, done)).content.decode()
+    assert "1 selected execution is not unknown and will be refused." in page
+    response = admin_client.post(EXECUTIONS, confirm("resolve_as_success", unknown, done), follow=True)
+    assert Execution.objects.get(pk=unknown.pk).status == "success"
+    assert done.events.count() == Execution.objects.get(pk=done.pk).events.count() == 4
+    assert messages_of(response)[1] == (
+        f"Refused to resolve 1 execution: sweep {str(done.occurrence_id)[:8]} (success, not unknown)."
+    )
+
+
+def test_without_the_resolve_permission_neither_the_action_nor_a_crafted_post_resolves(operator_client):
+    execution = make_execution("report")
+    page = operator_client.get(EXECUTIONS).content.decode()
+    assert "resolve_as_success" not in page
+    assert "repair_logs" in page
+    for data in (action("resolve_as_success", execution), confirm("resolve_as_success", execution)):
+        response = operator_client.post(EXECUTIONS, data, follow=True)
+        assert messages_of(response) == ["No action selected."]
+    assert Execution.objects.get(pk=execution.pk).status == "unknown"
+    assert not LogEntry.objects.exists()
+
+
+def test_the_resolve_permission_lets_a_staff_user_resolve():
+    execution = make_execution("report")
+    client = Client()
+    client.force_login(staff("rita", "view_execution", "resolve_unknown"))
+    response = client.post(EXECUTIONS, confirm("resolve_as_discarded", execution), follow=True)
+    assert Execution.objects.get(pk=execution.pk).status == "discarded"
+    assert execution.events.last().reason == "resolved as discarded by rita"
+    assert len(messages_of(response)) == 1
+
+
+def test_csrf_is_enforced_on_the_confirmation():
+    execution = make_execution("report")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    response = client.post(EXECUTIONS, confirm("resolve_as_success", execution))
+    assert response.status_code == 403
+    assert Execution.objects.get(pk=execution.pk).status == "unknown"
+    page = client.post(EXECUTIONS, action("resolve_as_success", execution))
+    assert page.status_code == 403
+
+
+def test_a_confirmation_without_expected_values_is_refused(admin_client):
+    execution = make_execution("report")
+    data = confirm("resolve_as_success", execution)
+    del data[f"expected_{execution.pk}"]
+    response = admin_client.post(EXECUTIONS, data, follow=True)
+    assert Execution.objects.get(pk=execution.pk).status == "unknown"
+    assert "not confirmed on the confirmation page" in messages_of(response)[0]
+
+
+def test_repair_logs_rebuilds_rows_is_safe_twice_and_runs_no_handler(operator_client):
+    execution = make_execution("report", "success", log_persistence="pending")
+    assert not ExecutionLog.objects.exists()
+    for _ in range(2):
+        response = operator_client.post(EXECUTIONS, action("repair_logs", execution), follow=True)
+        assert messages_of(response) == [
+            f"Rebuilt the log rows of 1 execution: report {str(execution.occurrence_id)[:8]}."
+        ]
+    row = ExecutionLog.objects.get()
+    assert (row.status, row.attempt, row.result) == ("success", 1, {"sent": 3})
+    assert Execution.objects.get(pk=execution.pk).log_persistence == "persisted"
+    assert hooks.CALLS == []
+    assert LogEntry.objects.filter(change_message__contains="Log rows rebuilt").count() == 2
+
+
+def test_request_stop_ends_pending_flags_running_and_refuses_finished(operator_client):
+    pending = make_execution("a", "pending", attempt=0, owner="", lease_expires_at=None, started_at=None)
+    running = make_execution("b", "running")
+    finished = make_execution("c", "success")
+    response = operator_client.post(
+        EXECUTIONS, action("request_stop", pending, running, finished), follow=True
+    )
+    pending.refresh_from_db()
+    running.refresh_from_db()
+    assert pending.status == "interrupted"
+    assert pending.events.last().reason == "stop requested: by olga"
+    assert (running.status, running.stop_requested) == ("running", True)
+    assert Execution.objects.get(pk=finished.pk).status == "success"
+    text = messages_of(response)
+    assert text[0] == f"Stopped 1 pending execution: a {str(pending.occurrence_id)[:8]}."
+    assert text[1].startswith("Asked the runner to stop 1 execution at its next lease renewal: b ")
+    assert text[2].startswith("Refused to stop 1 execution: c ")
+
+
+def test_the_execution_pages_are_read_only(admin_client):
+    execution = make_execution("report")
+    url = reverse("admin:scheduler_app_execution_change", args=[execution.pk])
+    admin_client.post(url, {"status": "success"})
+    assert Execution.objects.get(pk=execution.pk).status == "unknown"
+    assert admin_client.get(reverse("admin:scheduler_app_execution_add")).status_code == 403
+
+
+# -- logs, runners, dashboard --------------------------------------------------
+
+
+def log_row(task_id: str, status: str, started: datetime, source: str = "") -> ExecutionLog:
+    occurrence = uuid.uuid4()
+    return ExecutionLog.objects.create(
+        id=uuid.uuid5(occurrence, "1"),
+        occurrence_id=occurrence,
+        task_id=task_id,
+        trigger_type="manual" if source else "scheduled",
+        trigger_source=source,
+        status=status,
+        attempt=1,
+        started_at=started,
+        finished_at=started + timedelta(seconds=1),
+        duration_ms=1000,
+    )
+
+
+def test_the_logs_filter_like_get_logs():
+    day = datetime(2026, 3, 2, tzinfo=UTC)
+    log_row("report", "success", day)
+    log_row("report", "failed", day + timedelta(days=1), source="billing")
+    log_row("sweep", "success", day + timedelta(days=2))
+    client = Client()
+    client.force_login(staff("lena", "view_executionlog"))
+    url = reverse("admin:scheduler_app_executionlog_changelist")
+
+    def found(query: str) -> list[tuple[str, str]]:
+        response = client.get(f"{url}?{query}")
+        return sorted((row.task_id, row.status) for row in response.context["cl"].result_list)
+
+    assert found("task_id=report") == [("report", "failed"), ("report", "success")]
+    assert found("status__exact=success") == [("report", "success"), ("sweep", "success")]
+    assert found("trigger_type__exact=manual") == [("report", "failed")]
+    assert found("trigger_source=billing") == [("report", "failed")]
+    assert found("started_after=2026-03-03&started_before=2026-03-04") == [("report", "failed")]
+    response = client.get(f"{url}?started_after=yesterday")
+    assert messages_of(response) == ["Ignored the started after filter: not a date or date and time."]
+    assert len(response.context["cl"].result_list) == 3
+
+
+def test_runners_show_who_is_alive_and_what_they_hold(admin_client):
+    now = timezone.now()
+    Runner.objects.create(
+        node_id="node-a", host="h1", pid=1, started_at=now - timedelta(hours=1), last_seen_at=now, version="1"
+    )
+    Runner.objects.create(
+        node_id="node-old",
+        host="h2",
+        pid=2,
+        started_at=now - timedelta(days=1),
+        last_seen_at=now - timedelta(hours=2),
+        version="1",
+    )
+    make_execution("report", "running")
+    make_execution("sweep", "success")
+    response = admin_client.get(reverse("admin:scheduler_app_runner_changelist"))
+    rows = {runner.node_id: runner for runner in response.context["cl"].result_list}
+    assert (rows["node-a"].state, rows["node-a"].held) == ("alive", 1)
+    assert (rows["node-old"].state, rows["node-old"].held) == ("silent", 0)
+    assert "owner=node-a&amp;status__in=claimed%2Crunning" in response.content.decode()
+    alive = admin_client.get(reverse("admin:scheduler_app_runner_changelist") + "?state=alive")
+    assert [runner.node_id for runner in alive.context["cl"].result_list] == ["node-a"]
+
+
+def test_the_dashboard_counts_states_and_draws_runs_per_hour(admin_client):
+    make_execution("a", "unknown")
+    make_execution("b", "success", log_persistence="pending")
+    make_execution("c", "success")
+    page = admin_client.get(reverse("admin:app_list", args=["scheduler_app"])).content.decode()
+    assert re.search(
+        r'id="scheduler-unknown"[^>]*class="scheduler-alert">\s*<strong>1</strong> unknown', page
+    )
+    assert re.search(r'id="scheduler-log-failures"[^>]*class="scheduler-warn">\s*<strong>1</strong>', page)
+    hour = ExecutionEvent.objects.filter(to_status="success").first().at.astimezone(UTC)
+    assert f"{hour:%Y-%m-%d %H}:00 UTC: 2 success, 0 failed, 0 interrupted" in page
+    start = page.index('id="scheduler-dashboard"')
+    dashboard = page[start : page.index("</svg>", start)]
+    assert "<svg" in dashboard and "<script" not in dashboard
+
+
+def test_the_dashboard_is_hidden_from_users_who_cannot_see_executions():
+    client = Client()
+    client.force_login(staff("tom", "view_task"))
+    page = client.get(reverse("admin:app_list", args=["scheduler_app"])).content.decode()
+    assert "scheduler-dashboard" not in page
