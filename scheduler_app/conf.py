@@ -30,6 +30,8 @@ DEFAULTS: dict[str, Any] = {
     "HOOKS": {},
     "HANDLERS": {},
     "TASKS": [],
+    # Dotted paths of the REST API's DRF permission classes; None: staff with model permissions.
+    "API_PERMISSION_CLASSES": None,
 }
 
 

@@ -201,6 +201,20 @@ class Scheduler:
             _apply(task, values)
         return task
 
+    def replace_task(self, task_id: str, definition: Any) -> Task:
+        """Make a task match a whole definition (REST PUT): fields it leaves out take their defaults."""
+        if isinstance(definition, dict) and definition.get("id", task_id) != task_id:
+            raise InvalidDefinition(errors={"id": ["Must be the id of the task being replaced."]})
+        with storage_errors(), transaction.atomic():
+            try:
+                task = Task.objects.select_for_update().get(id=task_id)
+            except Task.DoesNotExist:
+                raise TaskNotFound() from None
+            data = {**definition, "id": task_id} if isinstance(definition, dict) else definition
+            wanted = Task(**definitions.validate_definition(data))
+            _apply(task, {field: getattr(wanted, field) for field in definitions.MODEL_FIELDS})
+        return task
+
     def unregister(self, task_id: str) -> None:
         with storage_errors():
             deleted, _ = Task.objects.filter(id=task_id).delete()
@@ -239,17 +253,25 @@ class Scheduler:
         wait: float | None = None,
     ) -> Execution:
         """Create a manual execution (idempotent per key); optionally wait for its end."""
-        errors: dict[str, list[str]] = {}
-        if params is not None and (not isinstance(params, dict) or not definitions._is_json(params)):
-            errors["params"] = ["Must be a JSON object."]
-        if idempotency_key is not None and (
-            not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= 128
-        ):
-            errors["idempotency_key"] = ["Must be 1-128 characters."]
-        if source is not None and (not isinstance(source, str) or len(source) > 200):
-            errors["source"] = ["Must be a string of at most 200 characters."]
+        errors = _trigger_errors(source, idempotency_key, params)
         if wait is not None and (not isinstance(wait, (int, float)) or wait < 0 or wait > 3600):
             errors["wait"] = ["Must be a number of seconds from 0 to 3600."]
+        if errors:
+            raise InvalidDefinition("The trigger is invalid.", errors=errors)
+        execution, _ = self.get_or_trigger(task_id, source, idempotency_key, params)
+        if wait:
+            execution = self._wait(execution, wait)
+        return execution
+
+    def get_or_trigger(
+        self,
+        task_id: str,
+        source: str | None = None,
+        idempotency_key: str | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> tuple[Execution, bool]:
+        """Like trigger(), without waiting; also says whether the execution was created (False: key reused)."""
+        errors = _trigger_errors(source, idempotency_key, params)
         if errors:
             raise InvalidDefinition("The trigger is invalid.", errors=errors)
         digest = payload_hash(params)
@@ -284,12 +306,9 @@ class Scheduler:
                     raise
                 if existing.payload_hash != digest:
                     raise Conflict("This idempotency key was used with other params.") from None
-                execution = existing
-            else:
-                wakeup.notify()
-        if wait:
-            execution = self._wait(execution, wait)
-        return execution
+                return existing, False
+        wakeup.notify()
+        return execution, True
 
     def _wait(self, execution: Execution, seconds: float) -> Execution:
         deadline = time.monotonic() + seconds
@@ -368,6 +387,19 @@ def _apply(task: Task, values: dict[str, Any]) -> bool:
         task.next_run_at = _next_run(task)
     task.save()
     return True
+
+
+def _trigger_errors(source: Any, idempotency_key: Any, params: Any) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    if params is not None and (not isinstance(params, dict) or not definitions._is_json(params)):
+        errors["params"] = ["Must be a JSON object."]
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= 128
+    ):
+        errors["idempotency_key"] = ["Must be 1-128 characters."]
+    if source is not None and (not isinstance(source, str) or len(source) > 200):
+        errors["source"] = ["Must be a string of at most 200 characters."]
+    return errors
 
 
 def _refresh_logs(occurrence_id: Any) -> None:

@@ -1,0 +1,5 @@
+"""The REST API: ``path("api/scheduler/", include("scheduler_app.api.urls"))``.
+
+Views call the services in ``scheduler_app.services``; ``errors`` maps every
+exception to one JSON shape, ``permissions`` decides who may call what.
+"""

@@ -1,0 +1,58 @@
+"""Who may call the API: staff users holding the model permission of each call, by default.
+
+Each view names the Django permissions a call needs (``required_permissions``).
+``SCHEDULER_APP["API_PERMISSION_CLASSES"]`` replaces the default classes;
+resolving an unknown execution always needs ``scheduler_app.resolve_unknown``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.module_loading import import_string
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from scheduler_app.conf import scheduler_settings
+
+RESOLVE_PERMISSION = "scheduler_app.resolve_unknown"
+
+
+def required_permissions(request: Request, view: APIView) -> list[str]:
+    getter = getattr(view, "required_permissions", None)
+    return list(getter(request)) if getter is not None else []
+
+
+class HasModelPermissions(BasePermission):
+    """Authenticated users holding every permission the call needs."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and user.has_perms(required_permissions(request, view)))
+
+
+class IsStaffWithModelPermissions(HasModelPermissions):
+    """Active staff users holding every permission the call needs: the default."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return bool(getattr(request.user, "is_staff", False)) and super().has_permission(request, view)
+
+
+class CanResolveUnknown(BasePermission):
+    """Users holding the dedicated permission to settle executions in state unknown."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and user.has_perm(RESOLVE_PERMISSION))
+
+
+DEFAULT_CLASSES: tuple[type[BasePermission], ...] = (IsStaffWithModelPermissions,)
+
+
+def permission_classes() -> list[type[BasePermission]]:
+    """The classes named in API_PERMISSION_CLASSES, or the default."""
+    configured: Any = scheduler_settings.API_PERMISSION_CLASSES
+    if configured is None:
+        return list(DEFAULT_CLASSES)
+    return [import_string(item) if isinstance(item, str) else item for item in configured]

@@ -1,0 +1,256 @@
+"""Representations of tasks, executions and logs; request bodies handed to the services.
+
+Request serializers declare their fields for the schema but validate only the
+shape of the request (an object with known keys): the services validate the
+values, so the API and the Python API accept and refuse exactly the same input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from scheduler_app import definitions
+from scheduler_app.api.schema import document_field
+from scheduler_app.handlers import registry
+from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status, Task, TriggerType
+from scheduler_app.services import MAX_PAGE_SIZE
+
+MAX_PAGE = 1_000_000
+
+
+class PassThroughSerializer(serializers.Serializer):
+    """Checks that the body is an object with known keys; the service checks the values."""
+
+    # Fields converted from their JSON form (a datetime string) before the service sees them.
+    converted: tuple[str, ...] = ()
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"": ["Must be a JSON object."]})
+        read_only = {name for name, field in self.fields.items() if field.read_only}
+        unknown = sorted(str(key) for key in data if key not in self.fields)
+        if unknown:
+            names = ", ".join(definitions._short(key) for key in unknown)
+            raise serializers.ValidationError({"": [f"Unknown fields: {names}."]})
+        values = {key: value for key, value in data.items() if key not in read_only}
+        errors: dict[str, Any] = {}
+        for name in self.converted:
+            if name in values:
+                try:
+                    values[name] = self.fields[name].run_validation(values[name])
+                except serializers.ValidationError as exc:
+                    errors[name] = exc.detail
+        if errors:
+            raise serializers.ValidationError(errors)
+        return values
+
+
+class RetrySerializer(serializers.Serializer):
+    max_attempts = serializers.IntegerField(min_value=1, max_value=definitions.MAX_ATTEMPTS, required=False)
+    backoff = serializers.ListField(
+        child=serializers.FloatField(min_value=0, max_value=86400 * 7),
+        max_length=definitions.MAX_ATTEMPTS,
+        required=False,
+        help_text="Seconds before attempt 2, 3, ...; the last value repeats.",
+    )
+
+
+@document_field(
+    {
+        "type": "object",
+        "nullable": True,
+        "properties": {"kind": {"type": "string"}},
+        "required": ["kind"],
+        "additionalProperties": True,
+        "description": "A handler config ({kind: api | js | ...}) or null for the hooks; secrets masked on output.",
+    }
+)
+class HandlerField(serializers.JSONField):
+    pass
+
+
+class TaskSerializer(PassThroughSerializer):
+    """A task definition (the dict of ``scheduler.register``) with its bookkeeping fields."""
+
+    id = serializers.CharField(max_length=128, help_text="Letters, digits, hyphens and underscores.")
+    name = serializers.CharField(max_length=definitions.MAX_NAME_LENGTH, required=False, allow_blank=True)
+    description = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
+    cron = serializers.CharField(max_length=definitions.MAX_CRON_LENGTH, help_text="Five cron fields.")
+    timezone = serializers.CharField(
+        max_length=64, required=False, allow_blank=True, allow_null=True, help_text="IANA name; empty is UTC."
+    )
+    enabled = serializers.BooleanField(required=False)
+    delete_after_run = serializers.BooleanField(required=False)
+    idempotent = serializers.BooleanField(required=False)
+    retry = RetrySerializer(required=False, allow_null=True)
+    params = serializers.DictField(required=False, allow_null=True)
+    handler = HandlerField(required=False, allow_null=True)
+    max_concurrency = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+    overlap = serializers.ChoiceField(choices=definitions.OVERLAP_CHOICES, required=False)
+    misfire_grace_seconds = serializers.IntegerField(
+        min_value=1, max_value=86400 * 31, required=False, allow_null=True
+    )
+    revision = serializers.IntegerField(read_only=True)
+    next_run_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    created_at = serializers.DateTimeField(read_only=True)
+    updated_at = serializers.DateTimeField(read_only=True)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        values = super().to_internal_value(data)
+        task = self.instance
+        if isinstance(task, Task):
+            if values.get("id", task.id) != task.id:
+                raise serializers.ValidationError({"id": ["Cannot be changed."]})
+            values.pop("id", None)
+            shown = registry.masked(task.handler)
+            # The masked handler sent back as read stands for the stored one, secrets included.
+            if values.get("handler") is not None and values["handler"] == shown and shown != task.handler:
+                values["handler"] = task.handler
+        return values
+
+    def to_representation(self, task: Task) -> dict[str, Any]:
+        data = task.to_definition()
+        data["handler"] = registry.masked(task.handler)
+        data["revision"] = task.revision
+        for name in ("next_run_at", "created_at", "updated_at"):
+            value = getattr(task, name)
+            data[name] = self.fields[name].to_representation(value) if value else None
+        return data
+
+
+class TriggerSerializer(PassThroughSerializer):
+    # The metaclass moves declared fields out of the class, so these names shadow nothing.
+    source = serializers.CharField(  # type: ignore[assignment]
+        max_length=200, required=False, allow_null=True, allow_blank=True, help_text="Default: the user name."
+    )
+    idempotency_key = serializers.CharField(
+        min_length=1,
+        max_length=128,
+        required=False,
+        allow_null=True,
+        help_text="The same key returns the same execution; with other params it is refused (409).",
+    )
+    params = serializers.DictField(
+        required=False, allow_null=True, help_text="Merged over the task's params for this execution."
+    )
+
+
+class ResolveSerializer(PassThroughSerializer):
+    converted = ("expected_updated_at",)
+
+    status = serializers.ChoiceField(choices=["success", "discarded"])
+    expected_updated_at = serializers.DateTimeField(
+        help_text="The execution's updated_at exactly as read (ISO 8601 with microseconds)."
+    )
+
+
+class ExecutionSerializer(serializers.ModelSerializer):
+    """The safe projection of an execution: no params, handler, URL or execution token."""
+
+    class Meta:
+        model = Execution
+        fields: tuple[str, ...] = (
+            "occurrence_id",
+            "sequence",
+            "task_id",
+            "task_revision",
+            "trigger_type",
+            "trigger_source",
+            "idempotency_key",
+            "scheduled_for",
+            "due_at",
+            "status",
+            "attempt",
+            "max_attempts",
+            "owner",
+            "lease_expires_at",
+            "stop_requested",
+            "result",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "updated_at",
+            "log_persistence",
+        )
+        read_only_fields: tuple[str, ...] = fields
+
+
+class ExecutionEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ExecutionEvent
+        fields = ("at", "from_status", "to_status", "reason", "node", "attempt", "result", "error")
+        read_only_fields = fields
+
+
+class ExecutionDetailSerializer(ExecutionSerializer):
+    """The safe projection with the state history, oldest first."""
+
+    events = ExecutionEventSerializer(many=True, read_only=True)
+
+    class Meta(ExecutionSerializer.Meta):
+        fields = (*ExecutionSerializer.Meta.fields, "events")
+        read_only_fields = fields
+
+
+class LogSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ExecutionLog
+        fields = (
+            "id",
+            "occurrence_id",
+            "task_id",
+            "task_name",
+            "trigger_type",
+            "trigger_source",
+            "status",
+            "result",
+            "error",
+            "attempt",
+            "started_at",
+            "finished_at",
+            "duration_ms",
+        )
+        read_only_fields = fields
+
+
+class RepairSerializer(serializers.Serializer):
+    occurrence_id = serializers.UUIDField()
+    logs = LogSerializer(many=True)
+
+
+class TaskQuerySerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(required=False, allow_null=True, default=None)
+    search = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, help_text="Part of the id or the name."
+    )
+
+
+class LogQuerySerializer(serializers.Serializer):
+    task_id = serializers.CharField(max_length=128, required=False)
+    status = serializers.ChoiceField(choices=Status.values, required=False)
+    trigger_type = serializers.ChoiceField(choices=TriggerType.values, required=False)
+    trigger_source = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    started_after = serializers.DateTimeField(required=False, help_text="started_at >= this instant.")
+    started_before = serializers.DateTimeField(required=False, help_text="started_at < this instant.")
+    page = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, default=1)
+    page_size = serializers.IntegerField(min_value=1, max_value=MAX_PAGE_SIZE, default=20)
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error response."""
+
+    code = serializers.CharField(
+        help_text="scheduler:NNN for scheduler errors; DRF's code (not_authenticated, permission_denied, ...) otherwise."
+    )
+    message = serializers.CharField()
+    fields = serializers.DictField(  # type: ignore[assignment]
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="Messages per field, dotted for nested ones (retry.max_attempts); '' is the object itself.",
+    )
+    correlation_id = serializers.CharField(
+        required=False, help_text="5xx only: quote it to find the details in the server log."
+    )

@@ -1,0 +1,53 @@
+"""Mount with ``path("api/scheduler/", include("scheduler_app.api.urls"))``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import URLPattern, URLResolver, path
+from rest_framework.routers import DefaultRouter
+
+from scheduler_app.api import views
+from scheduler_app.api.schema import HAS_SPECTACULAR
+
+app_name = "scheduler_api"
+
+
+class Router(DefaultRouter):
+    include_format_suffixes = False
+
+
+router = Router()
+router.register("tasks", views.TaskViewSet, basename="task")
+router.register("logs", views.LogViewSet, basename="log")
+router.register("executions", views.ExecutionViewSet, basename="execution")
+
+urlpatterns: list[URLPattern | URLResolver] = list(router.urls)
+
+
+def _schema_view() -> Any:
+    from drf_spectacular.views import SpectacularAPIView
+
+    from scheduler_app import __version__
+    from scheduler_app.api import permissions
+
+    class SchemaView(SpectacularAPIView):
+        def get_permissions(self) -> list[Any]:
+            return [cls() for cls in permissions.permission_classes()]
+
+    return SchemaView.as_view(
+        patterns=list(router.urls),
+        custom_settings={
+            "TITLE": "scheduler_app",
+            "DESCRIPTION": "Tasks, triggers, logs and execution repairs of scheduler_app.",
+            "VERSION": __version__,
+            "COMPONENT_SPLIT_REQUEST": True,
+            "SCHEMA_PATH_PREFIX": "",
+            "SERVE_INCLUDE_SCHEMA": False,
+            "ENUM_NAME_OVERRIDES": {"ExecutionStatusEnum": "scheduler_app.models.Status"},
+        },
+    )
+
+
+if HAS_SPECTACULAR:
+    urlpatterns.append(path("schema/", _schema_view(), name="schema"))

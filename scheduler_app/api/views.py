@@ -1,0 +1,297 @@
+"""API views: each one reads the request, calls a service and renders the result."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
+
+from scheduler_app import definitions
+from scheduler_app.api import errors, permissions
+from scheduler_app.api.parsers import JSONParser
+from scheduler_app.api.schema import auto_schema, described, document
+from scheduler_app.api.serializers import (
+    ErrorSerializer,
+    ExecutionDetailSerializer,
+    ExecutionSerializer,
+    LogQuerySerializer,
+    LogSerializer,
+    RepairSerializer,
+    ResolveSerializer,
+    TaskQuerySerializer,
+    TaskSerializer,
+    TriggerSerializer,
+)
+from scheduler_app.exceptions import TaskNotFound
+from scheduler_app.models import Execution, ExecutionLog, Task
+from scheduler_app.services import MAX_PAGE_SIZE, LogPage, scheduler
+
+
+def _errors(*codes: int) -> dict[int, Any]:
+    """Error responses of an operation, with those any call can get."""
+    descriptions = {
+        400: "Invalid input (code scheduler:012 or scheduler:022, with fields).",
+        401: "Not authenticated (with authentication schemes that send a challenge).",
+        403: "Not authenticated, or not allowed.",
+        404: "No such task or execution.",
+        409: "Conflict with the current state.",
+        415: "The body is not JSON.",
+        500: "Internal error, with a correlation id.",
+        503: "The database refused the operation (scheduler:026), with a correlation id.",
+    }
+    return {code: described(ErrorSerializer, descriptions[code]) for code in (*codes, 401, 403, 500, 503)}
+
+
+class Pagination(PageNumberPagination):
+    page_size = 20
+    page_size_query_param = "page_size"
+    max_page_size = MAX_PAGE_SIZE
+
+
+class SchedulerViewSet(viewsets.GenericViewSet):
+    """JSON only, one exception handler, and the permissions each action needs."""
+
+    parser_classes = [JSONParser]
+    pagination_class = Pagination
+    schema = auto_schema()
+    action_permissions: dict[str, tuple[str, ...]] = {}
+
+    def get_exception_handler(self) -> Callable[..., Any]:
+        return errors.exception_handler
+
+    def get_permissions(self) -> list[BasePermission]:
+        checks = [cls() for cls in permissions.permission_classes()]
+        if self.action == "resolve":
+            checks.append(permissions.CanResolveUnknown())
+        return checks
+
+    def required_permissions(self, request: Request) -> tuple[str, ...]:
+        return self.action_permissions.get(self.action or "", ())
+
+    def by(self) -> str:
+        return str(self.request.user.get_username())
+
+
+class TaskViewSet(SchedulerViewSet):
+    """Task definitions: list, create, retrieve, replace, update, delete, trigger."""
+
+    queryset = Task.objects.all()
+    serializer_class = TaskSerializer
+    lookup_value_regex = "[^/]+"
+    action_permissions = {
+        "list": ("scheduler_app.view_task",),
+        "retrieve": ("scheduler_app.view_task",),
+        "create": ("scheduler_app.add_task",),
+        "update": ("scheduler_app.change_task",),
+        "partial_update": ("scheduler_app.change_task",),
+        "destroy": ("scheduler_app.delete_task",),
+        "trigger": ("scheduler_app.add_execution",),
+    }
+
+    def task_id(self) -> str:
+        task_id = str(self.kwargs["pk"])
+        # An id that cannot be valid cannot exist; some databases refuse to compare with it (NUL).
+        if not definitions.ID_PATTERN.match(task_id):
+            raise TaskNotFound()
+        return task_id
+
+    def get_object(self) -> Task:
+        task = Task.objects.filter(id=self.task_id()).first()
+        if task is None:
+            raise TaskNotFound()
+        return task
+
+    @document(
+        parameters=[TaskQuerySerializer], responses={200: TaskSerializer(many=True), **_errors(400, 404)}
+    )
+    def list(self, request: Request) -> Response:
+        query = TaskQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        tasks: QuerySet[Task] = Task.objects.all()
+        if query.validated_data.get("enabled") is not None:
+            tasks = tasks.filter(enabled=query.validated_data["enabled"])
+        if search := query.validated_data.get("search"):
+            tasks = tasks.filter(Q(id__icontains=search) | Q(name__icontains=search))
+        page = self.paginate_queryset(tasks)
+        return self.get_paginated_response(TaskSerializer(page, many=True).data)
+
+    @document(request=TaskSerializer, responses={201: TaskSerializer, **_errors(400, 409, 415)})
+    def create(self, request: Request) -> Response:
+        serializer = TaskSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        task = scheduler.register(serializer.validated_data)
+        return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED)
+
+    @document(responses={200: TaskSerializer, **_errors(404)})
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(TaskSerializer(self.get_object()).data)
+
+    @document(
+        request=TaskSerializer,
+        responses={200: TaskSerializer, **_errors(400, 404, 415)},
+        description="Replace the definition: fields left out take their defaults.",
+    )
+    def update(self, request: Request, pk: str) -> Response:
+        serializer = TaskSerializer(self.get_object(), data=request.data)
+        serializer.is_valid(raise_exception=True)
+        task = scheduler.replace_task(self.task_id(), serializer.validated_data)
+        return Response(TaskSerializer(task).data)
+
+    @document(
+        request=TaskSerializer,
+        responses={200: TaskSerializer, **_errors(400, 404, 415)},
+        description="Change the fields given; null clears retry, handler and timezone.",
+    )
+    def partial_update(self, request: Request, pk: str) -> Response:
+        serializer = TaskSerializer(self.get_object(), data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        task = scheduler.update_task(self.task_id(), **serializer.validated_data)
+        return Response(TaskSerializer(task).data)
+
+    @document(responses={204: None, **_errors(404)})
+    def destroy(self, request: Request, pk: str) -> Response:
+        scheduler.unregister(self.task_id())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @document(
+        request=TriggerSerializer,
+        responses={
+            202: described(ExecutionSerializer, "A new execution, pending and due now."),
+            200: described(ExecutionSerializer, "The execution this idempotency key created before."),
+            **_errors(400, 404, 415),
+            409: described(
+                ErrorSerializer, "The idempotency key was used with other params (scheduler:041)."
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def trigger(self, request: Request, pk: str) -> Response:
+        task_id = self.task_id()
+        serializer = TriggerSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        values = serializer.validated_data
+        execution, created = scheduler.get_or_trigger(
+            task_id,
+            source=values.get("source") or self.by(),
+            idempotency_key=values.get("idempotency_key"),
+            params=values.get("params"),
+        )
+        code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
+        return Response(ExecutionSerializer(execution).data, status=code)
+
+
+class LogViewSet(SchedulerViewSet):
+    """The log rows of finished attempts, newest first, with the filters of get_logs."""
+
+    queryset = ExecutionLog.objects.none()
+    serializer_class = LogSerializer
+    action_permissions = {"list": ("scheduler_app.view_executionlog",)}
+
+    @document(parameters=[LogQuerySerializer], responses={200: LogSerializer(many=True), **_errors(400)})
+    def list(self, request: Request) -> Response:
+        query = LogQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        page = scheduler.get_logs(**query.validated_data)
+        return Response(self.page_data(request, page))
+
+    def page_data(self, request: Request, page: LogPage) -> dict[str, Any]:
+        url = request.build_absolute_uri()
+        return {
+            "count": page.count,
+            "next": replace_query_param(url, "page", page.page + 1) if page.has_next else None,
+            "previous": replace_query_param(url, "page", page.page - 1) if page.page > 1 else None,
+            "results": LogSerializer(page.results, many=True).data,
+        }
+
+
+class ExecutionViewSet(SchedulerViewSet):
+    """The journal, as its safe projection, and the operator's repairs."""
+
+    queryset = Execution.objects.all()
+    serializer_class = ExecutionSerializer
+    lookup_field = "occurrence_id"
+    lookup_value_regex = "[^/]+"
+    action_permissions = {
+        "retrieve": ("scheduler_app.view_execution",),
+        "unknown": ("scheduler_app.view_execution",),
+        "log_failures": ("scheduler_app.view_execution",),
+        "resolve": ("scheduler_app.view_execution", "scheduler_app.resolve_unknown"),
+        "repair_log": ("scheduler_app.change_execution",),
+        "stop": ("scheduler_app.change_execution",),
+    }
+
+    @document(responses={200: ExecutionDetailSerializer, **_errors(404)})
+    def retrieve(self, request: Request, occurrence_id: str) -> Response:
+        return Response(ExecutionDetailSerializer(scheduler.executions.get(occurrence_id)).data)
+
+    @document(responses={200: ExecutionSerializer(many=True), **_errors(404)})
+    @action(detail=False)
+    def unknown(self, request: Request) -> Response:
+        """Executions in state unknown, oldest updated first: the ones waiting for an operator."""
+        return self.paginated(scheduler.executions.list_unknown())
+
+    @document(responses={200: ExecutionSerializer(many=True), **_errors(404)})
+    @action(detail=False, url_path="log-failures")
+    def log_failures(self, request: Request) -> Response:
+        """Finished executions whose log rows are not confirmed written."""
+        return self.paginated(scheduler.executions.list_log_failures())
+
+    @document(
+        request=ResolveSerializer,
+        responses={
+            200: ExecutionSerializer,
+            **_errors(400, 404, 415),
+            409: described(
+                ErrorSerializer, "Not unknown (scheduler:042) or changed since read (scheduler:041)."
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def resolve(self, request: Request, occurrence_id: str) -> Response:
+        """Settle an unknown execution as success or discarded; needs scheduler_app.resolve_unknown."""
+        serializer = ResolveSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        execution = scheduler.executions.resolve_unknown(
+            occurrence_id,
+            serializer.validated_data.get("status"),
+            serializer.validated_data.get("expected_updated_at"),
+            by=self.by(),
+        )
+        return Response(ExecutionSerializer(execution).data)
+
+    @document(request=None, responses={200: RepairSerializer, **_errors(404)})
+    @action(detail=True, methods=["post"], url_path="repair-log")
+    def repair_log(self, request: Request, occurrence_id: str) -> Response:
+        """Rebuild the execution's log rows from its journal; safe to repeat, runs no handler."""
+        rows = scheduler.executions.repair_log(occurrence_id)
+        execution = scheduler.executions.get(occurrence_id)
+        return Response(
+            {"occurrence_id": str(execution.occurrence_id), "logs": LogSerializer(rows, many=True).data}
+        )
+
+    @document(
+        request=None,
+        responses={
+            200: ExecutionSerializer,
+            **_errors(404),
+            409: described(ErrorSerializer, "Not pending, claimed or running (scheduler:042)."),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, occurrence_id: str) -> Response:
+        """Stop an execution: pending ones end now, running ones at their next lease renewal."""
+        return Response(
+            ExecutionSerializer(scheduler.executions.request_stop(occurrence_id, by=self.by())).data
+        )
+
+    def paginated(self, executions: QuerySet[Execution]) -> Response:
+        page = self.paginate_queryset(executions)
+        return self.get_paginated_response(ExecutionSerializer(page, many=True).data)
