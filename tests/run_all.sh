@@ -13,6 +13,14 @@ if ! dpkg -s libmariadb-dev >/dev/null 2>&1 || ! command -v pkg-config >/dev/nul
 fi
 "$VENV/pip" install -q --disable-pip-version-check -e ".[dev,postgres,mysql,redis]"
 
+# -- browser tests (tests/test_admin_browser.py): Debian's Chromium and Playwright for Python.
+# Playwright drives /usr/bin/chromium; it never downloads a browser of its own.
+if [ ! -x /usr/bin/chromium ]; then
+    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+fi
+"$VENV/pip" install -q --disable-pip-version-check -e ".[browser]"
+# -- end of browser tests
+
 bash tests/start_services.sh
 
 export PYTHONPATH=$PWD

@@ -163,7 +163,13 @@ class ExecutionAdmin(ReadOnlyAdmin):
             "",
             "<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td><code>{}</code></td></tr>",
             (
-                (event.attempt, event.at, event.to_status, as_json(event.result), as_json(event.error))
+                (
+                    event.attempt,
+                    f"{event.at:%Y-%m-%d %H:%M:%S} UTC",
+                    event.to_status,
+                    as_json(event.result),
+                    as_json(event.error),
+                )
                 for event in ends
             ),
         )
