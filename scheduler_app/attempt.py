@@ -6,7 +6,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, transaction
@@ -20,7 +20,7 @@ from scheduler_app.exceptions import TaskSkipped
 from scheduler_app.handlers import registry
 from scheduler_app.handlers.base import HandlerError, MissingHandler
 from scheduler_app.handlers.hooks import call_hook, notify
-from scheduler_app.models import LogPersistence, Status, Task
+from scheduler_app.models import ExecutionLog, LogPersistence, Status, Task
 
 logger = logging.getLogger("scheduler_app")
 
@@ -37,6 +37,8 @@ class Attempt:
     cancel_reason: str = ""
     lease_lost: bool = False
     lease_deadline: float = 0.0
+    # Set by threaded runners: starts and outcomes then share commits with other attempts'.
+    writer: Any = None
 
     def cancel(self, reason: str, *, lease_lost: bool = False) -> None:
         if not self.cancelled.is_set():
@@ -100,27 +102,9 @@ def call_handler(event: TaskEvent) -> Outcome:
     return Outcome(Status.SUCCESS, "succeeded", result=result)
 
 
-def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
-    """Run one claimed attempt; after a lost lease nothing more is written."""
-    execution, task, token = attempt.claim.execution, attempt.claim.task, attempt.claim.token
-    number = execution.attempt
-    now = clock.now()
-    if attempt.cancelled.is_set():
-        if attempt.cancel_reason.startswith("stop requested"):
-            _finish(attempt, node, clock, STOPPED, from_status=Status.CLAIMED)
-        else:
-            journal.transition(
-                execution.sequence,
-                Status.CLAIMED,
-                Status.PENDING,
-                at=now,
-                token=token,
-                node=node,
-                attempt=number,
-                reason=f"released before start: {attempt.cancel_reason}",
-                fields={"owner": "", "execution_token": "", "lease_expires_at": None, "attempt": number - 1},
-            )
-        return
+def record_start(attempt: Attempt, node: str, now: datetime) -> bool:
+    """claimed -> running, fenced by the token; False when the row moved on or a stop was requested."""
+    execution, token = attempt.claim.execution, attempt.claim.token
 
     def start() -> bool:
         return journal.transition(
@@ -130,20 +114,47 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
             at=now,
             token=token,
             node=node,
-            attempt=number,
+            attempt=execution.attempt,
             reason="started",
             fields={"started_at": now},
             extra_filter={"stop_requested": False},
         )
 
     try:
-        started = start()
+        return start()
     except DatabaseLibraryError:
         # The worker's connection may have been dropped while it sat idle (wait_timeout,
         # idle_session_timeout, a proxy, a failover). Nothing was written: retry once on a
         # fresh connection rather than leave the claim to expire. The write stays fenced.
         db.drop_broken_connections()
-        started = start()
+        return start()
+
+
+def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
+    """Run one claimed attempt; after a lost lease nothing more is written."""
+    execution, task, token = attempt.claim.execution, attempt.claim.task, attempt.claim.token
+    number = execution.attempt
+    if attempt.cancelled.is_set():
+        if attempt.cancel_reason.startswith("stop requested"):
+            _finish(attempt, node, clock, STOPPED, from_status=Status.CLAIMED)
+        else:
+            journal.transition(
+                execution.sequence,
+                Status.CLAIMED,
+                Status.PENDING,
+                at=clock.now(),
+                token=token,
+                node=node,
+                attempt=number,
+                reason=f"released before start: {attempt.cancel_reason}",
+                fields={"owner": "", "execution_token": "", "lease_expires_at": None, "attempt": number - 1},
+            )
+        return
+    if attempt.writer is not None:
+        started, now = attempt.writer.start(attempt)
+    else:
+        now = clock.now()
+        started = record_start(attempt, node, now)
     if not started:
         _finish(attempt, node, clock, STOPPED, from_status=Status.CLAIMED)
         return
@@ -172,18 +183,25 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
         Task.objects.filter(id=task.id, revision=task.revision).delete()
 
 
-def _finish(
-    attempt: Attempt,
-    node: str,
-    clock: Clock,
-    outcome: Outcome,
-    *,
-    from_status: str,
-    event: TaskEvent | None = None,
-) -> bool:
-    execution, task, token = attempt.claim.execution, attempt.claim.task, attempt.claim.token
+@dataclass
+class Finish:
+    """An outcome ready to record: the fenced move, its journal fields and its log row."""
+
+    attempt: Attempt
+    outcome: Outcome
+    from_status: str
+    to_status: str
+    reason: str
+    fields: dict[str, Any]
+    log: ExecutionLog
+    now: datetime
+    # On the first attempt with logs beside the journal, the log row shares the outcome's commit.
+    log_with_outcome: bool
+
+
+def plan_finish(attempt: Attempt, now: datetime, outcome: Outcome, from_status: str) -> Finish:
+    execution, task = attempt.claim.execution, attempt.claim.task
     number = execution.attempt
-    now = clock.now()
     retry = outcome.status == Status.FAILED and number < execution.max_attempts
     if retry:
         delay = task.backoff_before(number + 1)
@@ -196,7 +214,6 @@ def _finish(
             "execution_token": "",
             "lease_expires_at": None,
             "error": outcome.error,
-            "log_persistence": LogPersistence.PENDING,
         }
     else:
         to_status = log_status = outcome.status
@@ -206,61 +223,96 @@ def _finish(
             "lease_expires_at": None,
             "result": outcome.result,
             "error": outcome.error,
-            "log_persistence": LogPersistence.PENDING,
         }
     started_at = execution.started_at if from_status == Status.RUNNING else None
     log = logs.build_log(
         execution, task.name, number, log_status, started_at, now, outcome.result, outcome.error
     )
-    # On the first attempt with logs beside the journal, the log row shares the
-    # outcome's commit. If the log write fails, the outcome is recorded alone.
-    log_with_outcome = number == 1 and logs.log_alias() == DEFAULT_DB_ALIAS
+    return Finish(
+        attempt,
+        outcome,
+        from_status,
+        to_status,
+        reason,
+        fields,
+        log,
+        now,
+        log_with_outcome=number == 1 and logs.log_alias() == DEFAULT_DB_ALIAS,
+    )
+
+
+def record_finish(finish: Finish, node: str) -> tuple[bool, bool]:
+    """Record one outcome, fenced; (recorded, log row written with it).
+
+    If the log write fails, the outcome is recorded alone.
+    """
+    execution, token = finish.attempt.claim.execution, finish.attempt.claim.token
 
     def record(with_log: bool) -> bool:
         with transaction.atomic():
             if with_log:
-                logs.write([log])
+                logs.write([finish.log])
             persistence = LogPersistence.PERSISTED if with_log else LogPersistence.PENDING
             moved = journal.transition(
                 execution.sequence,
-                from_status,
-                to_status,
-                at=now,
+                finish.from_status,
+                finish.to_status,
+                at=finish.now,
                 token=token,
                 node=node,
-                attempt=number,
-                reason=reason,
-                fields={**fields, "log_persistence": persistence},
-                result=outcome.result,
-                error=outcome.error,
+                attempt=execution.attempt,
+                reason=finish.reason,
+                fields={**finish.fields, "log_persistence": persistence},
+                result=finish.outcome.result,
+                error=finish.outcome.error,
             )
             if not moved:
                 transaction.set_rollback(True)
         return moved
 
-    log_written = log_with_outcome
+    log_written = finish.log_with_outcome
     try:
         try:
-            done = record(log_with_outcome)
+            moved = record(log_written)
         except DatabaseLibraryError:
-            if not log_with_outcome:
+            if not log_written:
                 raise
             logger.warning(
                 "outcome and log of %s not written together; retrying the outcome alone",
                 execution.occurrence_id,
             )
             log_written = False
-            done = record(False)
+            moved = record(False)
     except DatabaseLibraryError:
         logger.warning("could not record the outcome of %s; its lease will expire", execution.occurrence_id)
-        return False
-    if not done:
+        return False, False
+    if not moved:
         logger.warning("lease lost for %s; outcome not recorded", execution.occurrence_id)
+    return moved, log_written
+
+
+def _finish(
+    attempt: Attempt,
+    node: str,
+    clock: Clock,
+    outcome: Outcome,
+    *,
+    from_status: str,
+    event: TaskEvent | None = None,
+) -> bool:
+    execution = attempt.claim.execution
+    if attempt.writer is not None:
+        finish = plan_finish(attempt, attempt.writer.now(), outcome, from_status)
+        done, log_written = attempt.writer.finish(finish)
+    else:
+        finish = plan_finish(attempt, clock.now(), outcome, from_status)
+        done, log_written = record_finish(finish, node)
+    if not done:
         return False
-    execution.status = to_status
+    execution.status = finish.to_status
     if not log_written:
-        logs.write_and_confirm(execution, [log])
+        logs.write_and_confirm(execution, [finish.log])
     if event is not None:
-        event.log = log
+        event.log = finish.log
         notify("on_task_interrupted" if outcome.status == Status.INTERRUPTED else "on_task_finish", event)
     return True

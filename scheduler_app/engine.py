@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, InterfaceError, connections
+from django.db import DatabaseError, InterfaceError, connections, transaction
 from django.db.models import Q
 
 from scheduler_app import __version__, claims, db, logs, scheduling, wakeup
@@ -23,6 +23,7 @@ from scheduler_app.exceptions import StorageError
 from scheduler_app.models import LEASED, Execution, Status
 from scheduler_app.models import Runner as RunnerRecord
 from scheduler_app.services import scheduler
+from scheduler_app.writer import JournalWriter
 
 logger = logging.getLogger("scheduler_app")
 
@@ -98,6 +99,7 @@ class Runner:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._pool: WorkerPool | None = None
+        self._writer: JournalWriter | None = None
         self._listener: wakeup.Listener | None = None
         self._last_renewal = 0.0
         self._last_prune = 0.0
@@ -124,6 +126,7 @@ class Runner:
         )
         self._last_renewal = time.monotonic()
         if self.workers > 0 and not self.inline:
+            self._writer = JournalWriter(self.node_id, self.clock)
             self._pool = WorkerPool(self.workers, self._run_attempt)
         self._listener = wakeup.Listener.start_if_configured(self._wake)
         logger.info("runner %s started with %s workers", self.node_id, self.workers)
@@ -197,6 +200,8 @@ class Runner:
             drained = self._pool.stop(self.drain_seconds)
             if not drained:
                 logger.warning("drain timed out with %s attempts in flight", len(self.in_flight))
+        if self._writer is not None:
+            self._writer.stop(self.drain_seconds)
         with suppress(*DATABASE_ERRORS):
             RunnerRecord.objects.filter(node_id=self.node_id).update(
                 stopped_at=self.clock.now(), last_seen_at=self.clock.now()
@@ -262,7 +267,7 @@ class Runner:
         for item in ended:
             self._write_log(item.execution, item.task_name, item.log_status)
         for claim in claimed:
-            attempt = Attempt(claim)
+            attempt = Attempt(claim, writer=self._writer)
             attempt.lease_deadline = self._now_monotonic + self.lease_seconds
             with self._lock:
                 self.in_flight[claim.execution.sequence] = attempt
@@ -302,9 +307,17 @@ class Runner:
             owned = Q()
             for attempt in attempts:
                 owned |= Q(sequence=attempt.claim.execution.sequence, execution_token=attempt.claim.token)
-            rows = Execution.objects.filter(owned, status__in=LEASED)
-            rows.update(lease_expires_at=now + timedelta(seconds=self.lease_seconds))
-            state = {seq: stop for seq, stop in rows.values_list("sequence", "stop_requested")}
+            with transaction.atomic():
+                # Locked in sequence order, as the journal writer locks them: no deadlock between the two.
+                rows = (
+                    Execution.objects.select_for_update()
+                    .filter(owned, status__in=LEASED)
+                    .order_by("sequence")
+                )
+                state = dict(rows.values_list("sequence", "stop_requested"))
+                Execution.objects.filter(sequence__in=list(state)).update(
+                    lease_expires_at=now + timedelta(seconds=self.lease_seconds)
+                )
         except DATABASE_ERRORS:
             logger.warning("lease renewal failed; attempts past their lease will be cancelled")
             raise

@@ -1,0 +1,241 @@
+"""Group commit: one thread records the starts and outcomes of many attempts in shared transactions.
+
+Workers hand their writes here and wait for the answer. What arrives while a
+batch is being written forms the next batch, so under load one transaction
+carries many attempts (one fenced UPDATE per kind of move, one INSERT of
+events, one of log rows) and an idle runner still answers a lone request at
+once. A lone request, and every request of a batch that fails, takes the
+one-attempt path of ``attempt``, with its own retries and fallbacks; a batch
+writes exactly what those paths would.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections import defaultdict
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import DatabaseError, InterfaceError, connections, transaction
+from django.db.models import Case, F, Q, Value, When
+
+from scheduler_app import db, journal, logs
+from scheduler_app.attempt import Attempt, Finish, record_finish, record_start
+from scheduler_app.clock import Clock
+from scheduler_app.models import Execution, ExecutionEvent, LogPersistence, Status
+
+logger = logging.getLogger("scheduler_app")
+
+MAX_BATCH = 64
+
+
+@dataclass
+class _Request:
+    attempt: Attempt
+    finish: Finish | None = None  # None: a start
+    answer: Future[Any] = field(default_factory=Future)
+
+    @property
+    def from_status(self) -> str:
+        return Status.CLAIMED if self.finish is None else self.finish.from_status
+
+
+class JournalWriter:
+    """The runner's writer thread; ``start`` and ``finish`` block the calling worker until committed."""
+
+    def __init__(self, node: str, clock: Clock) -> None:
+        self._node = node
+        self._clock = clock
+        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="scheduler-writer", daemon=True)
+        self._thread.start()
+
+    def now(self) -> datetime:
+        return self._clock.now()
+
+    def start(self, attempt: Attempt) -> tuple[bool, datetime]:
+        """claimed -> running; (started, when)."""
+        result: tuple[bool, datetime] = self._submit(_Request(attempt))
+        return result
+
+    def finish(self, finish: Finish) -> tuple[bool, bool]:
+        """Record an outcome; (recorded, log row written in the same commit)."""
+        result: tuple[bool, bool] = self._submit(_Request(finish.attempt, finish))
+        return result
+
+    def stop(self, timeout: float) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _submit(self, request: _Request) -> Any:
+        self._queue.put(request)
+        return request.answer.result()
+
+    def _loop(self) -> None:
+        try:
+            while (first := self._queue.get()) is not None:
+                batch = [first]
+                stopping = False
+                while len(batch) < MAX_BATCH:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        stopping = True
+                        break
+                    batch.append(item)
+                self._write(batch)
+                if stopping:
+                    break
+        finally:
+            connections.close_all()
+
+    def _write(self, batch: list[_Request]) -> None:
+        try:
+            if len(batch) > 1:
+                try:
+                    answers = write_batch(batch, self._node, self._clock.now())
+                except (DatabaseError, InterfaceError):
+                    logger.warning("a batch of %s journal writes failed; writing them one by one", len(batch))
+                    db.drop_broken_connections()
+                else:
+                    for request, answer in zip(batch, answers, strict=True):
+                        request.answer.set_result(answer)
+                    return
+            for request in batch:
+                self._write_one(request)
+        except BaseException as exc:  # never leave a worker waiting
+            for request in batch:
+                if not request.answer.done():
+                    request.answer.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    def _write_one(self, request: _Request) -> None:
+        try:
+            if request.finish is None:
+                now = self._clock.now()
+                request.answer.set_result((record_start(request.attempt, self._node, now), now))
+            else:
+                request.answer.set_result(record_finish(request.finish, self._node))
+        except Exception as exc:
+            request.answer.set_exception(exc)
+        finally:
+            db.drop_broken_connections()
+
+
+def write_batch(batch: list[_Request], node: str, now: datetime) -> list[tuple[Any, Any]]:
+    """Write a batch in one transaction; each request's answer, in order."""
+    with transaction.atomic():
+        owned = Q()
+        for request in batch:
+            claim = request.attempt.claim
+            owned |= Q(
+                sequence=claim.execution.sequence, execution_token=claim.token, status=request.from_status
+            )
+        # Locked in one order, so two transactions over the same rows never wait on each other in a cycle.
+        locked = Execution.objects.select_for_update().filter(owned).order_by("sequence")
+        rows = dict(locked.values_list("sequence", "stop_requested"))
+        starts = [
+            r
+            for r in batch
+            if r.finish is None
+            and r.attempt.claim.execution.sequence in rows
+            and not rows[r.attempt.claim.execution.sequence]
+        ]
+        finishes = [r for r in batch if r.finish is not None and r.attempt.claim.execution.sequence in rows]
+        events: list[ExecutionEvent] = []
+        if starts:
+            Execution.objects.filter(
+                sequence__in=[r.attempt.claim.execution.sequence for r in starts]
+            ).update(status=Status.RUNNING, started_at=now, updated_at=now)
+            for r in starts:
+                execution = r.attempt.claim.execution
+                events.append(
+                    journal.event(
+                        execution.sequence,
+                        now,
+                        Status.CLAIMED,
+                        Status.RUNNING,
+                        "started",
+                        node=node,
+                        attempt=execution.attempt,
+                    )
+                )
+        if finishes:
+            _record_outcomes([r.finish for r in finishes if r.finish is not None])
+            for r in finishes:
+                assert r.finish is not None
+                execution, finish = r.attempt.claim.execution, r.finish
+                events.append(
+                    journal.event(
+                        execution.sequence,
+                        finish.now,
+                        finish.from_status,
+                        finish.to_status,
+                        finish.reason,
+                        node=node,
+                        attempt=execution.attempt,
+                        result=finish.outcome.result,
+                        error=finish.outcome.error,
+                    )
+                )
+        journal.append(events)
+    started = {r.attempt.claim.execution.sequence for r in starts}
+    finished = {r.attempt.claim.execution.sequence for r in finishes}
+    answers: list[tuple[Any, Any]] = []
+    for request in batch:
+        sequence = request.attempt.claim.execution.sequence
+        if request.finish is None:
+            answers.append((sequence in started, now))
+        elif sequence in finished:
+            answers.append((True, request.finish.log_with_outcome))
+        else:
+            logger.warning(
+                "lease lost for %s; outcome not recorded", request.attempt.claim.execution.occurrence_id
+            )
+            answers.append((False, False))
+    return answers
+
+
+def _record_outcomes(finishes: list[Finish]) -> None:
+    """One UPDATE for all outcomes (rows already locked and owned), and their log rows."""
+    logs.write([f.log for f in finishes if f.log_with_outcome])
+    columns: dict[str, dict[int, Any]] = defaultdict(dict)
+    for f in finishes:
+        sequence = f.attempt.claim.execution.sequence
+        persistence = LogPersistence.PERSISTED if f.log_with_outcome else LogPersistence.PENDING
+        for column, value in {
+            **f.fields,
+            "status": f.to_status,
+            "updated_at": f.now,
+            "log_persistence": persistence,
+        }.items():
+            columns[column][sequence] = value
+    sequences = [f.attempt.claim.execution.sequence for f in finishes]
+    Execution.objects.filter(sequence__in=sequences).update(
+        **{column: _per_row(column, values, len(sequences)) for column, values in columns.items()}
+    )
+
+
+def _per_row(column: str, values: dict[int, Any], rows: int) -> Any:
+    """A column's new value per row as one expression; rows without a value keep theirs."""
+    output = Execution._meta.get_field(column)
+    groups: dict[str, tuple[Any, list[int]]] = {}
+    for sequence, value in values.items():
+        key = json.dumps(value, sort_keys=True, default=str)
+        groups.setdefault(key, (value, []))[1].append(sequence)
+    if len(groups) == 1 and len(values) == rows:
+        ((value, _),) = groups.values()
+        return Value(value, output_field=output)
+    whens = [
+        When(sequence__in=members, then=Value(value, output_field=output))
+        for value, members in groups.values()
+    ]
+    return Case(*whens, default=F(column), output_field=output)

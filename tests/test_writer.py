@@ -1,0 +1,171 @@
+"""Group commit: a batch writes exactly what the one-attempt paths write, and stays fenced."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import OperationalError, connections
+
+from scheduler_app import claims, scheduler, writer
+from scheduler_app.attempt import Attempt, Outcome, plan_finish, record_finish, record_start
+from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status
+from tests.factories import definition
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+COMPARED = (
+    "status",
+    "attempt",
+    "owner",
+    "execution_token",
+    "lease_expires_at",
+    "started_at",
+    "finished_at",
+    "due_at",
+    "result",
+    "error",
+    "log_persistence",
+)
+OUTCOMES = [
+    Outcome(Status.SUCCESS, "succeeded", result={"rows": 3}),
+    Outcome(Status.SUCCESS, "succeeded", result=None),
+    Outcome(Status.FAILED, "failed", error={"code": "scheduler:023", "message": "boom"}),
+    Outcome(Status.INTERRUPTED, "skipped by the task", error={"reason": "skipped", "message": "no"}),
+]
+
+
+def claimed(clock, task_id: str, n: int, **task: Any) -> list[Attempt]:
+    scheduler.register(definition(task_id, cron="0 0 1 1 *", max_concurrency=10, **task))
+    for i in range(n):
+        scheduler.trigger(task_id, idempotency_key=f"k{i}")
+    taken, _ = claims.claim(clock.now(), "node-a", n, 60)
+    return [Attempt(claim) for claim in sorted(taken, key=lambda c: c.execution.sequence)]
+
+
+def state(attempt: Attempt) -> dict[str, Any]:
+    row = Execution.objects.get(sequence=attempt.claim.execution.sequence)
+    values = {name: getattr(row, name) for name in COMPARED}
+    for name in ("lease_expires_at", "started_at", "finished_at", "due_at"):
+        if values[name] is not None:
+            values[name] = values[name] - row.created_at
+    values["owner"] = bool(values["owner"])
+    values["execution_token"] = bool(values["execution_token"])
+    events = ExecutionEvent.objects.filter(execution_id=row.sequence).order_by("id")
+    values["events"] = [(e.from_status, e.to_status, e.reason, e.attempt, e.result, e.error) for e in events]
+    log = ExecutionLog.objects.filter(occurrence_id=row.occurrence_id).values_list(
+        "status", "result", "error"
+    )
+    values["logs"] = list(log)
+    return values
+
+
+def run_singly(attempts: list[Attempt], clock) -> None:
+    for attempt, outcome in zip(attempts, OUTCOMES, strict=True):
+        assert record_start(attempt, "node-a", clock.now())
+        attempt.claim.execution.started_at = clock.now()
+    for attempt, outcome in zip(attempts, OUTCOMES, strict=True):
+        assert record_finish(plan_finish(attempt, clock.now(), outcome, Status.RUNNING), "node-a")[0]
+
+
+def run_batched(attempts: list[Attempt], clock) -> None:
+    answers = writer.write_batch([writer._Request(a) for a in attempts], "node-a", clock.now())
+    assert [started for started, _ in answers] == [True] * len(attempts)
+    for attempt in attempts:
+        attempt.claim.execution.started_at = clock.now()
+    requests = [
+        writer._Request(a, plan_finish(a, clock.now(), outcome, Status.RUNNING))
+        for a, outcome in zip(attempts, OUTCOMES, strict=True)
+    ]
+    assert [done for done, _ in writer.write_batch(requests, "node-a", clock.now())] == [True] * len(attempts)
+
+
+def test_a_batch_writes_the_same_rows_events_and_logs_as_one_by_one(clock):
+    retry = {"retry": {"max_attempts": 2, "backoff": [30]}}
+    single = claimed(clock, "single", 4, **retry)
+    batched = claimed(clock, "batched", 4, **retry)
+    clock.advance(1)
+    run_singly(single, clock)
+    run_batched(batched, clock)
+    assert [state(a) for a in batched] == [state(a) for a in single]
+    assert [state(a)["status"] for a in batched] == [
+        Status.SUCCESS,
+        Status.SUCCESS,
+        Status.PENDING,  # failed attempt 1 of 2: a retry waits 30 s
+        Status.INTERRUPTED,
+    ]
+
+
+def test_a_batch_refuses_what_it_no_longer_owns_and_does_not_start_stopped_rows(clock):
+    mine, stolen, stopped = claimed(clock, "report", 3)
+    Execution.objects.filter(sequence=stolen.claim.execution.sequence).update(execution_token="someone-else")
+    scheduler.executions.request_stop(stopped.claim.execution.occurrence_id, by="ops")
+    answers = writer.write_batch([writer._Request(a) for a in (mine, stolen, stopped)], "node-a", clock.now())
+    assert [started for started, _ in answers] == [True, False, False]
+    statuses = [
+        Execution.objects.get(sequence=a.claim.execution.sequence).status for a in (mine, stolen, stopped)
+    ]
+    assert statuses == [Status.RUNNING, Status.CLAIMED, Status.CLAIMED]
+    late = writer._Request(stolen, plan_finish(stolen, clock.now(), OUTCOMES[0], Status.CLAIMED))
+    assert writer.write_batch(
+        [late, writer._Request(mine, plan_finish(mine, clock.now(), OUTCOMES[0], Status.RUNNING))],
+        "node-a",
+        clock.now(),
+    ) == [(False, False), (True, True)]
+    assert Execution.objects.get(sequence=stolen.claim.execution.sequence).status == Status.CLAIMED
+    assert not ExecutionEvent.objects.filter(
+        execution_id=stolen.claim.execution.sequence, to_status=Status.SUCCESS
+    )
+
+
+def test_the_writer_thread_answers_concurrent_workers_and_falls_back_when_a_batch_fails(clock, monkeypatch):
+    attempts = claimed(clock, "report", 8)
+    failures = []
+    real = writer.write_batch
+
+    def fail_first(batch, node, now):
+        if not failures:
+            failures.append(len(batch))
+            raise OperationalError("server closed the connection unexpectedly")
+        return real(batch, node, now)
+
+    monkeypatch.setattr(writer, "write_batch", fail_first)
+    journal_writer = writer.JournalWriter("node-a", clock)
+    gate = threading.Barrier(len(attempts))
+    answers: dict[int, bool] = {}
+
+    def work(attempt: Attempt) -> None:
+        gate.wait()
+        started, _ = journal_writer.start(attempt)
+        answers[attempt.claim.execution.sequence] = started
+        connections.close_all()
+
+    threads = [threading.Thread(target=work, args=(a,)) for a in attempts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    journal_writer.stop(10)
+    assert sorted(answers.values()) == [True] * len(attempts)
+    assert Execution.objects.filter(status=Status.RUNNING).count() == len(attempts)
+    assert ExecutionEvent.objects.filter(to_status=Status.RUNNING).count() == len(attempts)
+
+
+def test_a_retry_planned_in_a_batch_is_due_after_its_backoff(clock):
+    (attempt,) = claimed(clock, "report", 1, retry={"max_attempts": 3, "backoff": [45]})
+    other = claimed(clock, "other", 1)[0]
+    writer.write_batch([writer._Request(attempt), writer._Request(other)], "node-a", clock.now())
+    failed = plan_finish(attempt, clock.now(), OUTCOMES[2], Status.RUNNING)
+    writer.write_batch(
+        [
+            writer._Request(attempt, failed),
+            writer._Request(other, plan_finish(other, clock.now(), OUTCOMES[0], Status.RUNNING)),
+        ],
+        "node-a",
+        clock.now(),
+    )
+    row = Execution.objects.get(sequence=attempt.claim.execution.sequence)
+    assert (row.status, row.owner, row.execution_token) == (Status.PENDING, "", "")
+    assert row.due_at == clock.now() + timedelta(seconds=45)
