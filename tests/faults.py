@@ -15,17 +15,43 @@ Faults:
 - ``pause_before_finish_commit``: inside the finish transaction, after the UPDATE, before COMMIT.
 - ``poison``: a task whose params hold ``"poison": true`` records its start, then ``os._exit(1)``.
 - ``mysql_wait_timeout=N``: every connection of the runner sets SESSION wait_timeout = N.
+- ``pause_in_claim``: once, inside the claim transaction, right after the SELECT ... FOR UPDATE of
+  due executions (rows locked, nothing committed); ``.reached`` holds the session's backend id.
+- ``pause_in_renewal``: once, right before the UPDATE that extends the leases of in-flight
+  attempts; ``.reached`` holds the session's backend id.
+- ``renew_fails``: every lease-renewal UPDATE raises OperationalError (the rest of the tick works).
+- ``no_self_fence``: the runner never cancels an attempt on its own clock (``cancel_overdue`` does
+  nothing), so a late write reaches the database fence.
+- ``probe_delay=S``: the probe's answer reaches the runner S seconds after the database read its
+  clock (a slow server, network or process), every tick.
+- ``ticker``: a task whose params hold ``"ticker": S`` records its start, then appends
+  ``<task>,<occurrence>,<attempt>,tick,<unix time>`` to ``<pid>.ticks`` every 20 ms until it is
+  cancelled (one more line ``...,cancelled,<unix time>``) or S seconds have passed; with
+  ``"ticker_attempts": N`` only attempts up to N tick, later ones run the suite's hook.
+- ``db_stamp``: each start also appends ``<task>,<occurrence>,<attempt>,<database now>`` to
+  ``<pid>.stamps``, the database clock read by the worker as the handler starts.
+
+The SQL-level points (``pause_in_claim``, ``pause_in_renewal``, ``renew_fails``, ``probe_delay``)
+recognise statements by their shape through a connection execute wrapper, so they survive
+refactoring of the modules that issue them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import glob
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +175,140 @@ def install() -> None:
                     cursor.execute(f"SET SESSION wait_timeout = {seconds}")
 
         connection_created.connect(short_wait_timeout, weak=False)
+
+    if {"pause_in_claim", "pause_in_renewal", "renew_fails", "probe_delay"} & set(faults):
+        _install_sql_faults(faults)
+
+    if {"ticker", "db_stamp"} & set(faults):
+        _install_hook_faults(faults)
+
+    if "no_self_fence" in faults:
+        _patch(engine.Runner, "cancel_overdue", lambda self: None)
+
+
+def _normalised(sql: str) -> str:
+    return re.sub(r"\s+", " ", sql.replace('"', "").replace("`", "")).strip().lower()
+
+
+def _backend_id(connection: Any) -> str:
+    raw = connection.connection
+    if connection.vendor == "postgresql":
+        return str(raw.info.backend_pid)
+    if connection.vendor == "mysql":
+        return str(raw.thread_id())
+    return ""
+
+
+def _on_statements(wrapper: Callable[..., Any]) -> None:
+    """Install ``wrapper(execute, sql, params, many, context, connection)`` on every new connection."""
+    from django.db.backends.signals import connection_created
+
+    def install_wrapper(sender: Any, connection: Any, **kwargs: Any) -> None:
+        connection.execute_wrappers.append(functools.partial(_call_with_connection, wrapper, connection))
+
+    connection_created.connect(install_wrapper, weak=False)
+
+
+def _call_with_connection(
+    wrapper: Callable[..., Any],
+    connection: Any,
+    execute: Any,
+    sql: str,
+    params: Any,
+    many: bool,
+    context: Any,
+) -> Any:
+    return wrapper(execute, sql, params, many, context, connection)
+
+
+def _is_claim_select(sql: str, params: Any) -> bool:
+    text = _normalised(sql)
+    return (
+        text.startswith("select")
+        and "from scheduler_app_execution" in text
+        and "for update" in text
+        and "lease_expires_at" not in text.split(" where ", 1)[-1]
+        and "pending" in [str(value) for value in (params or ())]
+    )
+
+
+def _is_lease_renewal(sql: str) -> bool:
+    return _normalised(sql).startswith("update scheduler_app_execution set lease_expires_at =")
+
+
+def _is_probe(sql: str) -> bool:
+    text = _normalised(sql)
+    return text.startswith("select") and "min(next_run_at)" in text and "min(lease_expires_at)" in text
+
+
+def _install_sql_faults(faults: dict[str, str]) -> None:
+    from django.db import OperationalError
+
+    once: set[str] = set()
+    delay = float(faults["probe_delay"]) if "probe_delay" in faults else 0.0
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any, connection: Any) -> Any:
+        if "pause_in_renewal" in faults and "pause_in_renewal" not in once and _is_lease_renewal(sql):
+            once.add("pause_in_renewal")
+            _pause("pause_in_renewal", _backend_id(connection))
+        if "renew_fails" in faults and _is_lease_renewal(sql):
+            raise OperationalError("lease renewal refused (fault injection)")
+        result = execute(sql, params, many, context)
+        if "pause_in_claim" in faults and "pause_in_claim" not in once and _is_claim_select(sql, params):
+            once.add("pause_in_claim")
+            _pause("pause_in_claim", _backend_id(connection))
+        if delay and _is_probe(sql):
+            time.sleep(delay)
+        return result
+
+    _on_statements(wrapper)
+
+
+def _side_file(suffix: str) -> Path | None:
+    folder = os.environ.get("SCHEDULER_SIDE_EFFECTS")
+    return Path(folder) / f"{os.getpid()}.{suffix}" if folder else None
+
+
+def _write_side_line(suffix: str, line: str) -> None:
+    path = _side_file(suffix)
+    if path is None:
+        return
+    with open(path, "a") as handle:
+        handle.write(line + "\n")
+        handle.flush()
+
+
+def _install_hook_faults(faults: dict[str, str]) -> None:
+    from tests import hooks
+
+    original_hook = hooks.on_task_execute
+
+    @functools.wraps(original_hook)
+    def on_task_execute(event: Any) -> Any:
+        context = event.context
+        prefix = f"{context.task_id},{context.occurrence_id},{context.attempt}"
+        if "db_stamp" in faults:
+            from django.db import connection
+
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT {'statement_timestamp()' if connection.vendor == 'postgresql' else 'UTC_TIMESTAMP(6)'}"
+                )
+                (now,) = cursor.fetchone()
+            _write_side_line("stamps", f"{prefix},{now.replace(tzinfo=None).isoformat()}")
+        seconds = context.params.get("ticker") if "ticker" in faults else None
+        if seconds and context.attempt <= context.params.get("ticker_attempts", context.attempt):
+            hooks._append_line(event)
+            deadline = time.monotonic() + float(seconds)
+            while time.monotonic() < deadline:
+                _write_side_line("ticks", f"{prefix},tick,{time.time():.6f}")
+                if event.cancelled.wait(0.02):
+                    _write_side_line("ticks", f"{prefix},cancelled,{time.time():.6f}")
+                    return {"ticked": "cancelled"}
+            return {"ticked": True}
+        return original_hook(event)
+
+    _patch(hooks, "on_task_execute", on_task_execute)
 
 
 def main() -> None:
@@ -280,3 +440,92 @@ class BrokenRedis:
         self._server.close()
         for client in self._held:
             client.close()
+
+
+def kill_backend(backend_id: str) -> None:
+    """Kill one session of the test database server by its backend id (PostgreSQL pid, MariaDB thread)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_terminate_backend(%s)", [int(backend_id)])
+            (done,) = cursor.fetchone()
+            assert done, f"backend {backend_id} was not terminated"
+        else:
+            cursor.execute(f"KILL {int(backend_id)}")
+
+
+def side_lines(folder: Path, suffix: str) -> list[list[str]]:
+    """The comma-split lines the ``ticker`` (suffix ``ticks``) or ``db_stamp`` (``stamps``) faults wrote."""
+    rows: list[list[str]] = []
+    for path in sorted(folder.glob(f"*.{suffix}")):
+        rows.extend(line.split(",") for line in path.read_text().splitlines() if line)
+    return rows
+
+
+def ticks(folder: Path, occurrence_id: Any) -> list[tuple[str, float]]:
+    """(kind, unix time) of every line the ticker wrote for one occurrence, in time order."""
+    rows = [(row[3], float(row[4])) for row in side_lines(folder, "ticks") if row[1] == str(occurrence_id)]
+    return sorted(rows, key=lambda row: row[1])
+
+
+def stamps(folder: Path) -> dict[str, datetime]:
+    """Occurrence id -> the database clock when its handler started (``db_stamp``)."""
+    from datetime import UTC
+
+    return {
+        row[1]: datetime.fromisoformat(row[3]).replace(tzinfo=UTC) for row in side_lines(folder, "stamps")
+    }
+
+
+class ThrowawayPostgres:
+    """A PostgreSQL cluster of its own on a free loopback port, so a test may stop and restart it.
+
+    The machine's shared server is never touched. As root the binaries run as the ``postgres``
+    user (initdb refuses root); the data directory lives in a temporary directory it owns.
+    """
+
+    def __init__(self) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=_version_key)
+        if not found:
+            raise FileNotFoundError("no PostgreSQL server binaries under /usr/lib/postgresql")
+        self.bin = Path(found[-1]).parent
+        self.root = Path(tempfile.mkdtemp(prefix="scheduler-outage-"))
+        self.data = self.root / "data"
+        with socket.create_server(("127.0.0.1", 0)) as probe:
+            self.port = probe.getsockname()[1]
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+
+    def _run(self, program: str, *args: str, timeout: float = 120) -> None:
+        command = [str(self.bin / program), *args]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True, timeout=timeout)
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1"
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", options, "-w", "start"
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def connect(self, dbname: str = "postgres") -> Any:
+        import psycopg
+
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname=dbname, autocommit=True
+        )
+
+    def destroy(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):  # not running
+            self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    version = Path(path).parent.parent.name
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
