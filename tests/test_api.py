@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 
 from scheduler_app import scheduler
 from scheduler_app.api.parsers import MAX_BODY_BYTES, MAX_DEPTH
-from scheduler_app.exceptions import StorageError
+from scheduler_app.exceptions import InvalidDefinition, StorageError
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Task
 from scheduler_app.services import Scheduler
 from tests.factories import definition, expire_lease, inline_runner
@@ -631,3 +631,45 @@ def test_wrong_types_answer_400_with_field_errors(api):
     )
     assert_error(response, 400, "scheduler:012", {"params", "misfire_grace_seconds"})
     assert Task.objects.get().revision == 1
+
+
+# -- schema ----------------------------------------------------------------------------
+
+
+def test_the_schema_describes_the_trigger_contract_and_the_error_shape(api):
+    response = api.get(BASE + "schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    schema = json.loads(response.content)
+    assert schema["servers"] == [{"url": "/api/scheduler"}]
+    assert {"/tasks/", "/tasks/{id}/trigger/", "/logs/", "/executions/unknown/"} <= set(schema["paths"])
+    trigger = schema["paths"]["/tasks/{id}/trigger/"]["post"]["responses"]
+    assert {"200", "202", "400", "404", "409"} <= set(trigger)
+    assert trigger["409"]["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/Error"
+    assert set(schema["components"]["schemas"]["Error"]["required"]) == {"code", "message"}
+    execution = schema["components"]["schemas"]["Execution"]["properties"]
+    assert "params" not in execution and "execution_token" not in execution
+
+
+def test_the_schema_is_not_public():
+    response = client_for(None).get(BASE + "schema/", HTTP_ACCEPT="application/json")
+    assert_error(response, 403, "not_authenticated")
+
+
+# -- the services behind the API ---------------------------------------------------------
+
+
+def test_get_or_trigger_says_whether_it_created_the_execution():
+    scheduler.register(definition())
+    first, created = scheduler.get_or_trigger("report", idempotency_key="k", params={"a": 1})
+    again, created_again = scheduler.get_or_trigger("report", idempotency_key="k", params={"a": 1})
+    assert (created, created_again) == (True, False) and first.sequence == again.sequence
+
+
+def test_replace_task_resets_left_out_fields_and_refuses_another_id():
+    scheduler.register(definition(description="old", max_concurrency=3))
+    task = scheduler.replace_task("report", {"cron": "5 * * * *"})
+    assert (task.description, task.max_concurrency, task.name, task.revision) == ("", 1, "report", 2)
+    with pytest.raises(InvalidDefinition) as caught:
+        scheduler.replace_task("report", definition("other"))
+    assert set(caught.value.errors) == {"id"}
+    assert Task.objects.get().revision == 2

@@ -52,6 +52,15 @@ def described(serializer: Any, description: str) -> Any:
     return OpenApiResponse(response=serializer, description=description)
 
 
+def example(name: str, value: Any) -> list[Any]:
+    """A request example for ``document(examples=...)``; none without drf-spectacular."""
+    if not HAS_SPECTACULAR:
+        return []
+    from drf_spectacular.utils import OpenApiExample
+
+    return [OpenApiExample(name, value=value, request_only=True)]
+
+
 def auto_schema() -> Any:
     """The inspector of the API's views: drf-spectacular's whatever the host's DEFAULT_SCHEMA_CLASS."""
     if not HAS_SPECTACULAR:

@@ -29,11 +29,20 @@ def _schema_view() -> Any:
     from drf_spectacular.views import SpectacularAPIView
 
     from scheduler_app import __version__
-    from scheduler_app.api import permissions
+    from scheduler_app.api import errors, permissions
 
     class SchemaView(SpectacularAPIView):
+        def get_exception_handler(self) -> Any:
+            return errors.exception_handler
+
         def get_permissions(self) -> list[Any]:
             return [cls() for cls in permissions.permission_classes()]
+
+        def get(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+            # Paths are relative to where the host mounted these urls.
+            mount = request.path.removesuffix("schema/").rstrip("/")
+            self.custom_settings = {**(self.custom_settings or {}), "SERVERS": [{"url": mount}]}
+            return super().get(request, *args, **kwargs)  # type: ignore[no-untyped-call]
 
     return SchemaView.as_view(
         patterns=list(router.urls),
@@ -43,7 +52,6 @@ def _schema_view() -> Any:
             "VERSION": __version__,
             "COMPONENT_SPLIT_REQUEST": True,
             "SCHEMA_PATH_PREFIX": "",
-            "SERVE_INCLUDE_SCHEMA": False,
             "ENUM_NAME_OVERRIDES": {"ExecutionStatusEnum": "scheduler_app.models.Status"},
         },
     )

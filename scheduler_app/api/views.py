@@ -17,7 +17,7 @@ from rest_framework.utils.urls import replace_query_param
 from scheduler_app import definitions
 from scheduler_app.api import errors, permissions
 from scheduler_app.api.parsers import JSONParser
-from scheduler_app.api.schema import auto_schema, described, document
+from scheduler_app.api.schema import auto_schema, described, document, example
 from scheduler_app.api.serializers import (
     ErrorSerializer,
     ExecutionDetailSerializer,
@@ -33,6 +33,16 @@ from scheduler_app.api.serializers import (
 from scheduler_app.exceptions import TaskNotFound
 from scheduler_app.models import Execution, ExecutionLog, Task
 from scheduler_app.services import MAX_PAGE_SIZE, LogPage, scheduler
+
+NIGHTLY_REPORT = {
+    "id": "nightly-report",
+    "name": "Nightly report",
+    "cron": "0 2 * * *",
+    "timezone": "Europe/Berlin",
+    "retry": {"max_attempts": 3, "backoff": [10, 60]},
+    "idempotent": True,
+    "params": {"channel": "ops"},
+}
 
 
 def _errors(*codes: int) -> dict[int, Any]:
@@ -123,7 +133,11 @@ class TaskViewSet(SchedulerViewSet):
         page = self.paginate_queryset(tasks)
         return self.get_paginated_response(TaskSerializer(page, many=True).data)
 
-    @document(request=TaskSerializer, responses={201: TaskSerializer, **_errors(400, 409, 415)})
+    @document(
+        request=TaskSerializer,
+        responses={201: TaskSerializer, **_errors(400, 409, 415)},
+        examples=example("nightly report", NIGHTLY_REPORT),
+    )
     def create(self, request: Request) -> Response:
         serializer = TaskSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -138,6 +152,7 @@ class TaskViewSet(SchedulerViewSet):
         request=TaskSerializer,
         responses={200: TaskSerializer, **_errors(400, 404, 415)},
         description="Replace the definition: fields left out take their defaults.",
+        examples=example("replace", {"cron": "30 1 * * *", "name": "Nightly report", "enabled": False}),
     )
     def update(self, request: Request, pk: str) -> Response:
         serializer = TaskSerializer(self.get_object(), data=request.data)
@@ -149,6 +164,7 @@ class TaskViewSet(SchedulerViewSet):
         request=TaskSerializer,
         responses={200: TaskSerializer, **_errors(400, 404, 415)},
         description="Change the fields given; null clears retry, handler and timezone.",
+        examples=example("disable and clear the retry policy", {"enabled": False, "retry": None}),
     )
     def partial_update(self, request: Request, pk: str) -> Response:
         serializer = TaskSerializer(self.get_object(), data=request.data, partial=True)
@@ -171,6 +187,10 @@ class TaskViewSet(SchedulerViewSet):
                 ErrorSerializer, "The idempotency key was used with other params (scheduler:041)."
             ),
         },
+        examples=example(
+            "with an idempotency key",
+            {"source": "billing", "idempotency_key": "2026-10", "params": {"channel": "finance"}},
+        ),
     )
     @action(detail=True, methods=["post"])
     def trigger(self, request: Request, pk: str) -> Response:
@@ -253,6 +273,9 @@ class ExecutionViewSet(SchedulerViewSet):
                 ErrorSerializer, "Not unknown (scheduler:042) or changed since read (scheduler:041)."
             ),
         },
+        examples=example(
+            "discard", {"status": "discarded", "expected_updated_at": "2026-03-02T09:00:00.123456Z"}
+        ),
     )
     @action(detail=True, methods=["post"])
     def resolve(self, request: Request, occurrence_id: str) -> Response:
