@@ -355,6 +355,17 @@ def test_the_execution_list_offers_unknown_first_and_shows_the_columns(admin_cli
     assert [e.status for e in unknown] == ["unknown"]
 
 
+def test_executions_are_found_by_task_and_by_occurrence_id(admin_client):
+    wanted, other = make_execution("report"), make_execution("sweep")
+
+    def found(term: str) -> list[int]:
+        return [e.pk for e in admin_client.get(EXECUTIONS, {"q": term}).context["cl"].result_list]
+
+    assert found("report") == [wanted.pk]
+    assert found(str(other.occurrence_id)) == [other.pk]
+    assert found(str(other.occurrence_id)[:8]) == [other.pk]
+
+
 def test_the_execution_page_shows_the_history_and_attempt_outcomes_never_the_token(admin_client):
     execution = make_execution("report", "success", result={"sent": 3})
     page = admin_client.get(

@@ -96,6 +96,7 @@ def test_an_operator_resolves_an_unknown_execution_through_the_confirmation_page
     browser.go("/admin/scheduler_app/")
     unknown_box = page.locator("#scheduler-unknown")
     playwright_api.expect(unknown_box).to_contain_text("1 unknown")
+    screenshot(page, "dashboard")
     unknown_box.click()
     playwright_api.expect(page.locator("#result_list")).to_contain_text(str(execution.occurrence_id))
     run_action(page, "resolve_as_success", str(execution.pk))
@@ -103,6 +104,7 @@ def test_an_operator_resolves_an_unknown_execution_through_the_confirmation_page
     playwright_api.expect(page.locator(f"#evidence-{execution.pk}")).to_contain_text(
         "lease expired while running; outcome unknown"
     )
+    screenshot(page, "resolve-confirmation")
     page.click("input[type=submit][value='Yes, resolve 1 as success']")
     playwright_api.expect(page.locator("ul.messagelist")).to_contain_text(
         "Resolved 1 unknown execution as success"
