@@ -370,27 +370,34 @@ def pg_stat_statements_ready() -> bool:
 
 
 def pg_work() -> dict[str, int]:
-    """Counters of the current database so far: commits, and statements and WAL bytes when available."""
-    from django.db import DatabaseError, connection, transaction
+    """Counters of the current database so far: commits, and statements and WAL bytes when available.
+
+    Read on a connection of its own, outside Django, so the reading adds nothing but itself
+    (and statements that mention pg_stat are left out of the sums).
+    """
+    from django.db import connection
 
     if connection.vendor != "postgresql":
         return {}
+    import psycopg
+
     out: dict[str, int] = {}
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
-        out["commits"] = int(cursor.fetchone()[0])
-    try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
+    with psycopg.connect(
+        f"{pg_conninfo()} dbname={connection.settings_dict['NAME']}", autocommit=True
+    ) as conn:
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+        out["commits"] = int(row[0]) if row else 0
+        try:
+            calls, wal = conn.execute(
                 "SELECT coalesce(sum(calls), 0), coalesce(sum(wal_bytes), 0) FROM pg_stat_statements"
                 " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                " AND query NOT LIKE '%%pg_stat%%'"
-            )
-            calls, wal = cursor.fetchone()
+                " AND query NOT LIKE '%pg_stat%'"
+            ).fetchone()
             out["statements"], out["wal_bytes"] = int(calls), int(wal)
-    except DatabaseError:
-        pass
+        except psycopg.Error:
+            pass
     return out
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +63,26 @@ def probe(using: str = "default") -> Probe:
     now = as_utc(row[0])
     assert now is not None
     return Probe(now, as_utc(row[1]), as_utc(row[2]), as_utc(row[3]))
+
+
+class StatementCounter:
+    """Counts the statements this thread sends through Django while it is active."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        self.count += 1
+        return execute(sql, params, many, context)
+
+
+@contextmanager
+def counting_statements(aliases: Iterable[str]) -> Iterator[StatementCounter]:
+    counter = StatementCounter()
+    with ExitStack() as stack:
+        for alias in set(aliases):
+            stack.enter_context(connections[alias].execute_wrapper(counter))
+        yield counter
 
 
 def drop_broken_connections() -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, InterfaceError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, transaction
 from django.db.models import Q
 
 from scheduler_app import __version__, claims, db, logs, scheduling, wakeup
@@ -28,6 +28,8 @@ from scheduler_app.writer import JournalWriter
 logger = logging.getLogger("scheduler_app")
 
 MAX_BACKOFF = 30.0
+# Wake this long after a known due instant, so the probe's clock has passed it.
+EVENT_SLACK = 0.002
 DATABASE_ERRORS = (DatabaseError, InterfaceError)
 
 
@@ -104,6 +106,7 @@ class Runner:
         self._last_renewal = 0.0
         self._last_prune = 0.0
         self._now_monotonic = time.monotonic()
+        self._next_event: float | None = None
         self.inline = inline
 
     # -- lifecycle ---------------------------------------------------------
@@ -154,9 +157,15 @@ class Runner:
         try:
             while not self._stopping.is_set():
                 retry_now = False
+                pause = self.tick_interval
                 try:
-                    self.tick()
+                    with db.counting_statements([DEFAULT_DB_ALIAS, logs.log_alias()]) as statements:
+                        worked = self.tick()
                     backoff = 0.0
+                    if not worked:
+                        # An idle runner sends at most one statement per tick interval: a tick that
+                        # also wrote the heartbeat or pruned logs pays for it with a longer pause.
+                        pause = self.tick_interval * max(1, statements.count)
                 except DATABASE_ERRORS:
                     db.drop_broken_connections()
                     # The first failure is often a connection the server dropped while it sat
@@ -173,7 +182,7 @@ class Runner:
                     self.wait_idle(self.drain_seconds)
                     break
                 if not retry_now:
-                    self._wake.wait(self._pause(backoff or self.tick_interval))
+                    self._wake.wait(self._pause(backoff or pause))
                     self._wake.clear()
         finally:
             self.stop()
@@ -221,17 +230,28 @@ class Runner:
 
     # -- one tick ----------------------------------------------------------
 
-    def tick(self) -> None:
-        """One pass: probe, then schedule, recover, claim, renew and prune only when needed."""
+    def tick(self) -> bool:
+        """One pass: probe, then schedule, recover, claim, renew and prune only when needed.
+
+        True when the tick created, recovered or claimed executions.
+        """
         db.drop_broken_connections()
         probe = db.probe()
         self.clock.observe(probe.now)
         now = self.clock.now()
         # The local deadline starts no later than the database lease it mirrors.
         self._now_monotonic = time.monotonic()
+        upcoming = [
+            t for t in (probe.next_run_at, probe.next_due_at, probe.next_lease_expiry) if t and t > now
+        ]
+        self._next_event = (
+            self._now_monotonic + (min(upcoming) - now).total_seconds() + EVENT_SLACK if upcoming else None
+        )
+        worked = False
         due = probe.next_due_at is not None and probe.next_due_at <= now
         if probe.next_run_at is not None and probe.next_run_at <= now:
             created, more = scheduling.schedule_due(now, self.node_id)
+            worked = bool(created) or more
             for execution, task_name, _ in created:
                 if execution.status == Status.INTERRUPTED:
                     self._write_log(execution, task_name, Status.INTERRUPTED)
@@ -243,13 +263,15 @@ class Runner:
         if probe.next_lease_expiry is not None and probe.next_lease_expiry < now:
             for ended in claims.recover_expired(now, self.node_id):
                 self._write_log(ended.execution, ended.task_name, ended.log_status)
+            worked = True
         if due and not self._stopping.is_set() and self._needs_work():
-            self.claim_and_dispatch(now)
+            worked = self.claim_and_dispatch(now) > 0 or worked
         if time.monotonic() - self._last_renewal >= self.lease_seconds / 3:
             self.renew_leases()
         if time.monotonic() - self._last_prune >= 60:
             self._last_prune = time.monotonic()
             logs.prune(now)
+        return worked
 
     def _needs_work(self) -> bool:
         """Claim again once the queued batch has been taken up, so claims stay batched."""
@@ -278,9 +300,12 @@ class Runner:
         return len(claimed)
 
     def _pause(self, wanted: float) -> float:
-        """Sleep no longer than the earliest lease deadline, so overdue attempts are cancelled on time."""
+        """Sleep no longer than the next known due instant (a cron minute, a retry, a lease expiry)
+        or the earliest local lease deadline, so work starts and overdue attempts are cancelled on time."""
         with self._lock:
             deadlines = [a.lease_deadline for a in self.in_flight.values() if not a.cancelled.is_set()]
+        if self._next_event is not None:
+            deadlines.append(self._next_event)
         if not deadlines:
             return wanted
         return max(0.0, min(wanted, min(deadlines) - time.monotonic()))

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, connections, transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Field, Q, Value, When
 
 from scheduler_app import db, journal, logs
 from scheduler_app.attempt import Attempt, Finish, record_finish, record_start
@@ -227,6 +227,7 @@ def _record_outcomes(finishes: list[Finish]) -> None:
 def _per_row(column: str, values: dict[int, Any], rows: int) -> Any:
     """A column's new value per row as one expression; rows without a value keep theirs."""
     output = Execution._meta.get_field(column)
+    assert isinstance(output, Field)
     groups: dict[str, tuple[Any, list[int]]] = {}
     for sequence, value in values.items():
         key = json.dumps(value, sort_keys=True, default=str)
