@@ -198,9 +198,10 @@ class TaskViewSet(SchedulerViewSet):
         serializer = TriggerSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         values = serializer.validated_data
+        source = values.get("source")
         execution, created = scheduler.get_or_trigger(
             task_id,
-            source=values.get("source") or self.by(),
+            source=self.by() if source in (None, "") else source,
             idempotency_key=values.get("idempotency_key"),
             params=values.get("params"),
         )
