@@ -8,6 +8,7 @@ side-effect files the hooks write and from the database clock.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -29,13 +30,14 @@ from tests import hooks
 from tests.factories import T0, definition, inline_runner
 from tests.faults import (
     FaultyRunner,
+    ThrowawayPostgres,
     kill_backend,
     reached,
     release,
     stamps,
     ticks,
 )
-from tests.processes import starts
+from tests.processes import ROOT, starts
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -604,3 +606,193 @@ def test_an_operator_resolving_while_a_late_runner_finishes_wins_and_the_fenced_
     assert runners.starts() == Counter({f"report,{occurrence},1": 1})
     assert late.alive
     assert late.stop() == 0
+
+
+# -- PostgreSQL stopped for two minutes ----------------------------------------------------------
+
+OUTAGE_SECONDS = 125
+OUTAGE_LEASE = 20
+
+
+@pytest.fixture
+def own_postgres():
+    """A PostgreSQL cluster of the test's own: the shared server is never stopped."""
+    try:
+        cluster = ThrowawayPostgres()
+    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot create a PostgreSQL cluster: {exc}")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+class OwnDatabase:
+    """The scheduler's database on the throwaway cluster: migrated by a child, read with plain SQL."""
+
+    name = "outage"
+
+    def __init__(self, cluster: ThrowawayPostgres) -> None:
+        self.cluster = cluster
+        self.env = {
+            "SCHEDULER_TEST_DB": "postgres",
+            "PGHOST": "127.0.0.1",
+            "PGPORT": str(cluster.port),
+            "SCHEDULER_DB_NAME": self.name,
+        }
+        with cluster.connect() as conn:
+            conn.execute(f"CREATE DATABASE {self.name}")
+        self.django("from django.core.management import call_command; call_command('migrate', verbosity=0)")
+
+    def django(self, code: str) -> None:
+        """Run ``code`` in a child process with Django set up on this database."""
+        environment = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "PYTHONPATH": str(ROOT),
+            **self.env,
+        }
+        subprocess.run(
+            [sys.executable, "-c", f"import django\ndjango.setup()\n{code}"],
+            cwd=ROOT,
+            env=environment,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+    def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        tables = {
+            "task": Task._meta.db_table,
+            "execution": Execution._meta.db_table,
+            "event": ExecutionEvent._meta.db_table,
+            "runner": Runner._meta.db_table,
+        }
+        with self.cluster.connect(self.name) as conn:
+            return conn.execute(sql.format(**tables), params).fetchall()
+
+    def executions(self, task_id: str) -> list[tuple[Any, ...]]:
+        """(scheduled_for, status, error, occurrence_id) of a task, in minute order."""
+        return self.rows(
+            "SELECT scheduled_for, status, error, occurrence_id FROM {execution}"
+            " WHERE task_id = %s ORDER BY scheduled_for",
+            task_id,
+        )
+
+
+@pytest.mark.minute
+@pytest.mark.processes
+@pytest.mark.skipif(
+    os.environ.get("SCHEDULER_TEST_DB") != "postgres", reason="stops a PostgreSQL cluster of its own"
+)
+def test_postgresql_stopped_for_two_minutes_runners_recover_without_restart_and_follow_the_misfire_policy(
+    own_postgres, runners
+):
+    database = OwnDatabase(own_postgres)
+    tasks = [f"minutely-{n}" for n in range(3)]
+    database.django(
+        "from scheduler_app import scheduler\n"
+        f"for task_id in {tasks!r}:\n"
+        "    scheduler.register({'id': task_id, 'name': task_id, 'cron': '* * * * *'})\n"
+        f"scheduler.register({{'id': 'long', 'name': 'long', 'cron': {NEVER!r}}})\n"
+        "scheduler.trigger('long', params={'ticker': 600})\n"
+    )
+    # Due now (within grace), so the minute before the outage runs without waiting for a boundary.
+    database.rows(
+        "UPDATE {task} SET next_run_at = date_trunc('minute', now()) WHERE id <> 'long' RETURNING id"
+    )
+    ((long_occurrence,),) = database.rows("SELECT occurrence_id FROM {execution} WHERE task_id = 'long'")
+    nodes = [
+        runners.start(node, "--workers", "2", fault="ticker", lease=OUTAGE_LEASE, **database.env)
+        for node in ("node-a", "node-b")
+    ]
+    pids = {node.node_id: node.pid for node in nodes}
+
+    def settled_away_from_a_boundary() -> bool:
+        ((second,),) = database.rows("SELECT extract(second FROM now())")
+        busy = database.rows(
+            "SELECT 1 FROM {execution} WHERE task_id <> 'long' AND status IN ('pending', 'claimed', 'running')"
+        )
+        ran = database.rows("SELECT DISTINCT task_id FROM {execution} WHERE status = 'success'")
+        return (
+            3 <= second < 45 and not busy and len(ran) == len(tasks) and bool(runners.ticks(long_occurrence))
+        )
+
+    wait_for(settled_away_from_a_boundary, timeout=90, interval=0.2)
+    before = {task_id: database.executions(task_id) for task_id in tasks}
+    assert all(status == Status.SUCCESS for rows in before.values() for _, status, _, _ in rows)
+    assert (
+        database.rows("SELECT status, owner FROM {execution} WHERE task_id = 'long'")[0][0] == Status.RUNNING
+    )
+
+    own_postgres.stop("fast")
+    stopped_at = time.time()
+    outage_ends = time.monotonic() + OUTAGE_SECONDS
+
+    def outage_over() -> bool:
+        assert all(node.alive for node in nodes), "a runner died while the database was down"
+        return time.monotonic() >= outage_ends
+
+    wait_for(outage_over, timeout=OUTAGE_SECONDS + 10, interval=0.5)
+    # While the database was down the running attempt was cancelled on its runner's own clock,
+    # within one lease of the last renewal the database could have accepted.
+    effects = runners.ticks(long_occurrence)
+    assert "cancelled" in dict(effects)
+    assert max(at for _, at in effects) < stopped_at + OUTAGE_LEASE
+    own_postgres.start()
+    restarted_at = datetime.now(UTC)
+
+    def recovered() -> bool:
+        long_status = database.rows("SELECT status FROM {execution} WHERE task_id = 'long'")[0][0]
+        after = [
+            rows
+            for rows in (database.executions(task_id) for task_id in tasks)
+            if any(
+                status == Status.SUCCESS and minute > restarted_at - timedelta(minutes=1)
+                for minute, status, _, _ in rows
+            )
+        ]
+        return long_status == Status.UNKNOWN and len(after) == len(tasks)
+
+    wait_for(recovered, timeout=150, interval=0.5)
+    for node in nodes:
+        assert node.alive and node.pid == pids[node.node_id]
+    assert dict(database.rows("SELECT node_id, pid FROM {runner}")) == pids, (
+        database.rows("SELECT owner, count(*) FROM {execution} GROUP BY owner"),
+        [node.output()[-3000:] for node in nodes],
+    )
+
+    # No duplicates: each occurrence started once (the long one included), one row per task and minute.
+    started = runners.starts()
+    assert set(started.values()) == {1}
+    assert f"long,{long_occurrence},1" in started
+    ((lost,),) = database.rows("SELECT error FROM {execution} WHERE task_id = 'long'")
+    assert lost["reason"] == "lease expired"
+    for task_id in tasks:
+        rows = database.executions(task_id)
+        minutes = [minute for minute, _, _, _ in rows]
+        assert len(minutes) == len(set(minutes))
+        last_before = max(minute for minute, _, _, _ in before[task_id])
+        misfires = [row for row in rows if row[1] == Status.INTERRUPTED]
+        # Exactly one record of the minutes missed during the outage, counting them all.
+        assert len(misfires) == 1, rows
+        missed_at, _, error, _ = misfires[0]
+        assert error["reason"] == "misfire"
+        count, first, last = MISFIRE.fullmatch(error["message"]).groups()
+        first_at = datetime.fromisoformat(first).replace(tzinfo=UTC)
+        last_at = datetime.fromisoformat(last).replace(tzinfo=UTC)
+        assert missed_at == first_at == last_before + timedelta(minutes=1)
+        assert int(count) == (last_at - first_at) // timedelta(minutes=1) + 1 >= 1
+        assert last_at.timestamp() < restarted_at.timestamp()
+        # Everything else ran; at most one minute was coalesced into the first run after the outage.
+        ran = [minute for minute, status, _, _ in rows if status == Status.SUCCESS]
+        assert len(ran) == len(rows) - 1
+        after = [minute for minute in ran if minute > last_at]
+        assert timedelta(minutes=1) <= after[0] - last_at <= timedelta(minutes=2)
+        assert all(b - a == timedelta(minutes=1) for a, b in itertools.pairwise(after))
+        assert {
+            f"{task_id},{occurrence},1" for _, status, _, occurrence in rows if status == Status.SUCCESS
+        } <= set(started)
+    for node in nodes:
+        assert node.stop() == 0
