@@ -302,8 +302,7 @@ def _finish(
 ) -> bool:
     execution = attempt.claim.execution
     if attempt.writer is not None:
-        finish = plan_finish(attempt, attempt.writer.now(), outcome, from_status)
-        done, log_written = attempt.writer.finish(finish)
+        finish, done, log_written = attempt.writer.finish(attempt, outcome, from_status)
     else:
         finish = plan_finish(attempt, clock.now(), outcome, from_status)
         done, log_written = record_finish(finish, node)

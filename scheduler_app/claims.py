@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Case, CharField, F, PositiveIntegerField, Value, When
+from django.db.models import CharField, F, OuterRef, Subquery, Value
+from django.db.models.functions import Cast, Concat
 
 from scheduler_app import cron, journal
 from scheduler_app.models import (
@@ -126,35 +127,35 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
 def _take(
     chosen: list[tuple[Execution, Task]], now: datetime, node: str, lease_until: datetime
 ) -> list[tuple[Execution, Task]]:
-    """Move the chosen pending rows to claimed in one UPDATE, each with its own fresh token."""
+    """Move the chosen pending rows to claimed in one UPDATE, each with its own fresh token.
+
+    A token is this claim's random nonce followed by the row's sequence: unique per row, and
+    new at every claim, which is all fencing needs; one expression for all rows keeps the
+    statement small. The task revision comes from the task rows this transaction has locked.
+    """
     if not chosen:
         return []
-    tokens = {row.sequence: secrets.token_hex(16) for row, _ in chosen}
-    sequences = list(tokens)
+    nonce = secrets.token_hex(16)
+    sequences = [row.sequence for row, _ in chosen]
     taken = Execution.objects.filter(sequence__in=sequences, status=Status.PENDING).update(
         status=Status.CLAIMED,
         owner=node,
-        execution_token=Case(
-            *(When(sequence=s, then=Value(t)) for s, t in tokens.items()), output_field=CharField()
-        ),
+        execution_token=Concat(Value(nonce), Cast(F("sequence"), CharField())),
         lease_expires_at=lease_until,
         attempt=F("attempt") + 1,
-        task_revision=Case(
-            *(When(sequence=row.sequence, then=Value(task.revision)) for row, task in chosen),
-            output_field=PositiveIntegerField(),
-        ),
+        task_revision=Subquery(Task.objects.filter(id=OuterRef("task_id")).values("revision")[:1]),
         updated_at=now,
     )
     if taken != len(chosen):
         # Only where rows are not locked (SQLite): keep the rows this UPDATE really took.
         won = set(
             Execution.objects.filter(
-                sequence__in=sequences, status=Status.CLAIMED, execution_token__in=list(tokens.values())
+                sequence__in=sequences, status=Status.CLAIMED, execution_token__startswith=nonce
             ).values_list("sequence", flat=True)
         )
         chosen = [(row, task) for row, task in chosen if row.sequence in won]
     for row, task in chosen:
-        row.status, row.owner, row.execution_token = Status.CLAIMED, node, tokens[row.sequence]
+        row.status, row.owner, row.execution_token = Status.CLAIMED, node, f"{nonce}{row.sequence}"
         row.lease_expires_at, row.attempt, row.task_revision, row.updated_at = (
             lease_until,
             row.attempt + 1,

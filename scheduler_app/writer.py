@@ -22,10 +22,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, connections, transaction
-from django.db.models import Case, F, Field, Q, Value, When
+from django.db.models import Case, F, Field, Value, When
 
 from scheduler_app import db, journal, logs
-from scheduler_app.attempt import Attempt, Finish, record_finish, record_start
+from scheduler_app.attempt import Attempt, Finish, Outcome, plan_finish, record_finish, record_start
 from scheduler_app.clock import Clock
 from scheduler_app.models import Execution, ExecutionEvent, LogPersistence, Status
 
@@ -37,12 +37,9 @@ MAX_BATCH = 64
 @dataclass
 class _Request:
     attempt: Attempt
-    finish: Finish | None = None  # None: a start
+    outcome: Outcome | None = None  # None: a start
+    from_status: str = Status.CLAIMED
     answer: Future[Any] = field(default_factory=Future)
-
-    @property
-    def from_status(self) -> str:
-        return Status.CLAIMED if self.finish is None else self.finish.from_status
 
 
 class JournalWriter:
@@ -63,9 +60,9 @@ class JournalWriter:
         result: tuple[bool, datetime] = self._submit(_Request(attempt))
         return result
 
-    def finish(self, finish: Finish) -> tuple[bool, bool]:
-        """Record an outcome; (recorded, log row written in the same commit)."""
-        result: tuple[bool, bool] = self._submit(_Request(finish.attempt, finish))
+    def finish(self, attempt: Attempt, outcome: Outcome, from_status: str) -> tuple[Finish, bool, bool]:
+        """Record an outcome at the time of its commit; (what was recorded, recorded, log row written with it)."""
+        result: tuple[Finish, bool, bool] = self._submit(_Request(attempt, outcome, from_status))
         return result
 
     def stop(self, timeout: float) -> None:
@@ -119,37 +116,45 @@ class JournalWriter:
 
     def _write_one(self, request: _Request) -> None:
         try:
-            if request.finish is None:
-                now = self._clock.now()
+            now = self._clock.now()
+            if request.outcome is None:
                 request.answer.set_result((record_start(request.attempt, self._node, now), now))
             else:
-                request.answer.set_result(record_finish(request.finish, self._node))
+                finish = plan_finish(request.attempt, now, request.outcome, request.from_status)
+                request.answer.set_result((finish, *record_finish(finish, self._node)))
         except Exception as exc:
             request.answer.set_exception(exc)
         finally:
             db.drop_broken_connections()
 
 
-def write_batch(batch: list[_Request], node: str, now: datetime) -> list[tuple[Any, Any]]:
-    """Write a batch in one transaction; each request's answer, in order."""
+def write_batch(batch: list[_Request], node: str, now: datetime) -> list[tuple[Any, ...]]:
+    """Write a batch in one transaction, every move at ``now``; each request's answer, in order."""
     with transaction.atomic():
-        owned = Q()
-        for request in batch:
-            claim = request.attempt.claim
-            owned |= Q(
-                sequence=claim.execution.sequence, execution_token=claim.token, status=request.from_status
-            )
         # Locked in one order, so two transactions over the same rows never wait on each other in a cycle.
-        locked = Execution.objects.select_for_update().filter(owned).order_by("sequence")
-        rows = dict(locked.values_list("sequence", "stop_requested"))
-        starts = [
-            r
+        locked = (
+            Execution.objects.select_for_update()
+            .filter(sequence__in=[r.attempt.claim.execution.sequence for r in batch])
+            .order_by("sequence")
+            .values_list("sequence", "execution_token", "status", "stop_requested")
+        )
+        current = {sequence: (token, status, stop) for sequence, token, status, stop in locked}
+
+        def owned(request: _Request) -> bool:
+            claim = request.attempt.claim
+            token, status, stop = current.get(claim.execution.sequence, ("", "", True))
+            return (
+                token == claim.token
+                and status == request.from_status
+                and not (stop and request.outcome is None)
+            )
+
+        starts = [r for r in batch if r.outcome is None and owned(r)]
+        finishes = {
+            id(r): plan_finish(r.attempt, now, r.outcome, r.from_status)
             for r in batch
-            if r.finish is None
-            and r.attempt.claim.execution.sequence in rows
-            and not rows[r.attempt.claim.execution.sequence]
-        ]
-        finishes = [r for r in batch if r.finish is not None and r.attempt.claim.execution.sequence in rows]
+            if r.outcome is not None and owned(r)
+        }
         events: list[ExecutionEvent] = []
         if starts:
             Execution.objects.filter(
@@ -169,14 +174,13 @@ def write_batch(batch: list[_Request], node: str, now: datetime) -> list[tuple[A
                     )
                 )
         if finishes:
-            _record_outcomes([r.finish for r in finishes if r.finish is not None])
-            for r in finishes:
-                assert r.finish is not None
-                execution, finish = r.attempt.claim.execution, r.finish
+            _record_outcomes(list(finishes.values()))
+            for finish in finishes.values():
+                execution = finish.attempt.claim.execution
                 events.append(
                     journal.event(
                         execution.sequence,
-                        finish.now,
+                        now,
                         finish.from_status,
                         finish.to_status,
                         finish.reason,
@@ -187,20 +191,20 @@ def write_batch(batch: list[_Request], node: str, now: datetime) -> list[tuple[A
                     )
                 )
         journal.append(events)
-    started = {r.attempt.claim.execution.sequence for r in starts}
-    finished = {r.attempt.claim.execution.sequence for r in finishes}
-    answers: list[tuple[Any, Any]] = []
+    started = {id(r) for r in starts}
+    answers: list[tuple[Any, ...]] = []
     for request in batch:
-        sequence = request.attempt.claim.execution.sequence
-        if request.finish is None:
-            answers.append((sequence in started, now))
-        elif sequence in finished:
-            answers.append((True, request.finish.log_with_outcome))
+        if request.outcome is None:
+            answers.append((id(request) in started, now))
+        elif id(request) in finishes:
+            finish = finishes[id(request)]
+            answers.append((finish, True, finish.log_with_outcome))
         else:
-            logger.warning(
-                "lease lost for %s; outcome not recorded", request.attempt.claim.execution.occurrence_id
+            execution = request.attempt.claim.execution
+            logger.warning("lease lost for %s; outcome not recorded", execution.occurrence_id)
+            answers.append(
+                (plan_finish(request.attempt, now, request.outcome, request.from_status), False, False)
             )
-            answers.append((False, False))
     return answers
 
 

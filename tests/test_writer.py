@@ -76,10 +76,11 @@ def run_batched(attempts: list[Attempt], clock) -> None:
     for attempt in attempts:
         attempt.claim.execution.started_at = clock.now()
     requests = [
-        writer._Request(a, plan_finish(a, clock.now(), outcome, Status.RUNNING))
-        for a, outcome in zip(attempts, OUTCOMES, strict=True)
+        writer._Request(a, outcome, Status.RUNNING) for a, outcome in zip(attempts, OUTCOMES, strict=True)
     ]
-    assert [done for done, _ in writer.write_batch(requests, "node-a", clock.now())] == [True] * len(attempts)
+    assert [done for _, done, _ in writer.write_batch(requests, "node-a", clock.now())] == [True] * len(
+        attempts
+    )
 
 
 def test_a_batch_writes_the_same_rows_events_and_logs_as_one_by_one(clock):
@@ -90,6 +91,8 @@ def test_a_batch_writes_the_same_rows_events_and_logs_as_one_by_one(clock):
     run_singly(single, clock)
     run_batched(batched, clock)
     assert [state(a) for a in batched] == [state(a) for a in single]
+    assert state(batched[0])["events"][-1][4:] == ({"rows": 3}, None)
+    assert state(batched[2])["events"][-1][4:] == (None, {"code": "scheduler:023", "message": "boom"})
     assert [state(a)["status"] for a in batched] == [
         Status.SUCCESS,
         Status.SUCCESS,
@@ -108,12 +111,11 @@ def test_a_batch_refuses_what_it_no_longer_owns_and_does_not_start_stopped_rows(
         Execution.objects.get(sequence=a.claim.execution.sequence).status for a in (mine, stolen, stopped)
     ]
     assert statuses == [Status.RUNNING, Status.CLAIMED, Status.CLAIMED]
-    late = writer._Request(stolen, plan_finish(stolen, clock.now(), OUTCOMES[0], Status.CLAIMED))
-    assert writer.write_batch(
-        [late, writer._Request(mine, plan_finish(mine, clock.now(), OUTCOMES[0], Status.RUNNING))],
-        "node-a",
-        clock.now(),
-    ) == [(False, False), (True, True)]
+    late = writer._Request(stolen, OUTCOMES[0], Status.CLAIMED)
+    answers = writer.write_batch(
+        [late, writer._Request(mine, OUTCOMES[0], Status.RUNNING)], "node-a", clock.now()
+    )
+    assert [(done, log_written) for _, done, log_written in answers] == [(False, False), (True, True)]
     assert Execution.objects.get(sequence=stolen.claim.execution.sequence).status == Status.CLAIMED
     assert not ExecutionEvent.objects.filter(
         execution_id=stolen.claim.execution.sequence, to_status=Status.SUCCESS
@@ -157,11 +159,10 @@ def test_a_retry_planned_in_a_batch_is_due_after_its_backoff(clock):
     (attempt,) = claimed(clock, "report", 1, retry={"max_attempts": 3, "backoff": [45]})
     other = claimed(clock, "other", 1)[0]
     writer.write_batch([writer._Request(attempt), writer._Request(other)], "node-a", clock.now())
-    failed = plan_finish(attempt, clock.now(), OUTCOMES[2], Status.RUNNING)
     writer.write_batch(
         [
-            writer._Request(attempt, failed),
-            writer._Request(other, plan_finish(other, clock.now(), OUTCOMES[0], Status.RUNNING)),
+            writer._Request(attempt, OUTCOMES[2], Status.RUNNING),
+            writer._Request(other, OUTCOMES[0], Status.RUNNING),
         ],
         "node-a",
         clock.now(),
@@ -169,3 +170,13 @@ def test_a_retry_planned_in_a_batch_is_due_after_its_backoff(clock):
     row = Execution.objects.get(sequence=attempt.claim.execution.sequence)
     assert (row.status, row.owner, row.execution_token) == (Status.PENDING, "", "")
     assert row.due_at == clock.now() + timedelta(seconds=45)
+
+
+def test_every_claimed_row_gets_a_token_of_its_own_and_a_new_one_at_each_claim(clock):
+    first = claimed(clock, "report", 3)
+    tokens = [a.claim.token for a in first]
+    stored = [Execution.objects.get(sequence=a.claim.execution.sequence).execution_token for a in first]
+    assert stored == tokens and len(set(tokens)) == 3
+    Execution.objects.update(status=Status.PENDING, execution_token="", owner="")
+    again, _ = claims.claim(clock.now(), "node-b", 3, 60)
+    assert not {c.token for c in again} & set(tokens)
