@@ -19,7 +19,9 @@ from scheduler_app.models import (
     scheduled_occurrence_id,
 )
 
-BATCH = 500
+BATCH = 200
+# Above this many distinct next_run_at values, one UPDATE with a per-row CASE instead.
+DISTINCT_UPDATES = 8
 logger = logging.getLogger("scheduler_app")
 ONE_MICROSECOND = timedelta(microseconds=1)
 
@@ -105,6 +107,19 @@ def _insert(executions: list[Execution]) -> list[Execution]:
     return created
 
 
+def _move_next_run(tasks: list[Task]) -> None:
+    """Store each task's new next_run_at: one UPDATE per distinct instant, as tasks that fired
+    together mostly fire next together; a per-row CASE only when the instants are many."""
+    by_instant: dict[datetime | None, list[str]] = {}
+    for task in tasks:
+        by_instant.setdefault(task.next_run_at, []).append(task.id)
+    if len(by_instant) > DISTINCT_UPDATES:
+        Task.objects.bulk_update(tasks, ["next_run_at"])
+        return
+    for instant, ids in by_instant.items():
+        Task.objects.filter(id__in=ids).update(next_run_at=instant)
+
+
 def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, str]], bool]:
     """Create the occurrences of up to one batch of tasks due at ``now``.
 
@@ -161,7 +176,7 @@ def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, s
         for execution, _, reason in rows:
             if execution.status == Status.INTERRUPTED:
                 execution.error = {"reason": reason.split(":", 1)[0], "message": reason}
-        Task.objects.bulk_update(tasks, ["next_run_at"])
+        _move_next_run(tasks)
         inserted = {row.occurrence_id for row in _insert([execution for execution, _, _ in rows])}
         created = [row for row in rows if row[0].occurrence_id in inserted]
         journal.append(

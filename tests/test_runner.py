@@ -478,3 +478,20 @@ def test_a_large_burst_is_scheduled_in_batches_so_claims_start_early(clock):
     runner.tick()
     assert Execution.objects.count() == BATCH + 100
     assert Execution.objects.values("task_id").distinct().count() == BATCH + 100
+
+
+@pytest.mark.parametrize("distinct", [2, 12])
+def test_each_scheduled_task_moves_to_its_own_next_fire_time(clock, distinct):
+    # Few distinct next instants take one UPDATE each; many take one UPDATE with a per-row CASE.
+    for i in range(24):
+        scheduler.register(definition(f"task-{i}", cron=f"*/{i % distinct + 1} * * * *"))
+    runner = inline_runner(clock)
+    clock.advance(60)
+    runner.tick()
+    fired = T0 + timedelta(minutes=1)
+    for task in Task.objects.all():
+        step = int(task.cron.split()[0][2:])
+        following = next(m for m in range(2, 120) if m % step == 0)
+        assert task.next_run_at == T0 + timedelta(minutes=following), task.id
+    every_minute = sum(1 for i in range(24) if i % distinct == 0)
+    assert Execution.objects.filter(scheduled_for=fired).count() == every_minute
