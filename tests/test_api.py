@@ -29,6 +29,7 @@ ALL_PERMISSIONS = (
     "view_task",
     "add_task",
     "change_task",
+    "change_task_handler",
     "delete_task",
     "view_execution",
     "add_execution",
@@ -487,6 +488,36 @@ def test_each_call_needs_its_model_permission():
     trigger_only = client_for(make_user("machine", "add_execution"))
     assert trigger_only.post(BASE + "tasks/report/trigger/", {}, format="json").status_code == 202
     assert_error(trigger_only.get(BASE + "tasks/"), 403, "permission_denied")
+
+
+def test_changing_a_handler_needs_the_handler_permission():
+    scheduler.register(definition(handler=SECRET_HANDLER))
+    schedules_only = client_for(make_user("sam", "view_task", "add_task", "change_task"))
+    shown = schedules_only.get(BASE + "tasks/report/").json()
+    js = {"kind": "js", "code": "() => 1"}
+    refused = [
+        schedules_only.post(BASE + "tasks/", definition("new", handler=js), format="json"),
+        schedules_only.patch(BASE + "tasks/report/", {"handler": js}, format="json"),
+        schedules_only.patch(BASE + "tasks/report/", {"handler": None}, format="json"),
+        schedules_only.put(BASE + "tasks/report/", {**shown, "handler": js}, format="json"),
+        schedules_only.put(
+            BASE + "tasks/report/", {k: v for k, v in shown.items() if k != "handler"}, format="json"
+        ),
+    ]
+    for response in refused:
+        assert_error(response, 403, "permission_denied")
+    assert not Task.objects.filter(id="new").exists()
+    assert Task.objects.get(id="report").handler == SECRET_HANDLER
+    allowed = [
+        schedules_only.post(BASE + "tasks/", definition("new"), format="json"),
+        schedules_only.patch(BASE + "tasks/report/", {"cron": "0 5 * * *"}, format="json"),
+        schedules_only.patch(BASE + "tasks/report/", {"handler": shown["handler"]}, format="json"),
+        schedules_only.put(BASE + "tasks/report/", {**shown, "name": "Renamed"}, format="json"),
+    ]
+    assert [response.status_code for response in allowed] == [201, 200, 200, 200]
+    task = Task.objects.get(id="report")
+    assert (task.name, task.handler) == ("Renamed", SECRET_HANDLER)
+    assert Task.objects.get(id="new").handler is None
 
 
 def test_resolve_needs_the_dedicated_permission(clock):

@@ -2,7 +2,8 @@
 
 Each view names the Django permissions a call needs (``required_permissions``).
 ``SCHEDULER_APP["API_PERMISSION_CLASSES"]`` replaces the default classes;
-resolving an unknown execution always needs ``scheduler_app.resolve_unknown``.
+resolving an unknown execution always needs ``scheduler_app.resolve_unknown``,
+and changing what a task runs always needs ``scheduler_app.change_task_handler``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rest_framework.views import APIView
 from scheduler_app.conf import scheduler_settings
 
 RESOLVE_PERMISSION = "scheduler_app.resolve_unknown"
+HANDLER_PERMISSION = "scheduler_app.change_task_handler"
 
 
 def required_permissions(request: Request, view: APIView) -> list[str]:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Q, QuerySet
-from rest_framework import status, viewsets
+from rest_framework import exceptions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission
@@ -119,6 +119,14 @@ class TaskViewSet(SchedulerViewSet):
             raise TaskNotFound()
         return task
 
+    def check_handler_change(self, task: Task | None, handler: Any) -> None:
+        """Changing what a task runs (JavaScript code, HTTP targets) needs its own permission, as in the admin."""
+        stored = task.handler if task is not None else None
+        if handler != stored and not self.request.user.has_perm(permissions.HANDLER_PERMISSION):
+            raise exceptions.PermissionDenied(
+                f"Changing what a task runs needs the {permissions.HANDLER_PERMISSION} permission."
+            )
+
     @document(
         parameters=[TaskQuerySerializer], responses={200: TaskSerializer(many=True), **_errors(400, 404)}
     )
@@ -141,6 +149,7 @@ class TaskViewSet(SchedulerViewSet):
     def create(self, request: Request) -> Response:
         serializer = TaskSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        self.check_handler_change(None, serializer.validated_data.get("handler"))
         task = scheduler.register(serializer.validated_data)
         return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED)
 
@@ -155,8 +164,11 @@ class TaskViewSet(SchedulerViewSet):
         examples=example("replace", {"cron": "30 1 * * *", "name": "Nightly report", "enabled": False}),
     )
     def update(self, request: Request, pk: str) -> Response:
-        serializer = TaskSerializer(self.get_object(), data=request.data)
+        task = self.get_object()
+        serializer = TaskSerializer(task, data=request.data)
         serializer.is_valid(raise_exception=True)
+        # A handler left out of a whole definition is cleared: a change like any other.
+        self.check_handler_change(task, serializer.validated_data.get("handler"))
         task = scheduler.replace_task(self.task_id(), serializer.validated_data)
         return Response(TaskSerializer(task).data)
 
@@ -167,8 +179,11 @@ class TaskViewSet(SchedulerViewSet):
         examples=example("disable and clear the retry policy", {"enabled": False, "retry": None}),
     )
     def partial_update(self, request: Request, pk: str) -> Response:
-        serializer = TaskSerializer(self.get_object(), data=request.data, partial=True)
+        task = self.get_object()
+        serializer = TaskSerializer(task, data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
+        if "handler" in serializer.validated_data:
+            self.check_handler_change(task, serializer.validated_data["handler"])
         task = scheduler.update_task(self.task_id(), **serializer.validated_data)
         return Response(TaskSerializer(task).data)
 
