@@ -379,6 +379,22 @@ def test_the_execution_page_shows_the_history_and_attempt_outcomes_never_the_tok
     assert "execution_token" not in page
 
 
+def test_the_token_and_handler_secrets_cannot_be_guessed_through_list_filters(admin_client):
+    make_execution("report", "unknown")
+    scheduler.register(definition("report", handler=SECRET_HANDLER))
+    viewer = Client()
+    viewer.force_login(staff("vera", "view_execution", "view_task"))
+    for client in (admin_client, viewer):
+        for url in (
+            f"{EXECUTIONS}?execution_token__startswith={TOKEN[:5]}",
+            f"{EXECUTIONS}?execution_token={TOKEN}",
+            f"{TASKS}?handler__icontains=top-s3cret",
+            f"{TASKS}?handler__isnull=False",
+        ):
+            assert client.get(url).status_code == 400, url
+    assert admin_client.get(f"{EXECUTIONS}?owner=node-a").context["cl"].result_count == 1
+
+
 def test_the_resolve_confirmation_lists_the_evidence_and_the_values_it_read(admin_client):
     execution = make_execution("report", "unknown")
     response = admin_client.post(EXECUTIONS, action("resolve_as_discarded", execution))

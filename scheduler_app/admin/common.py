@@ -1,4 +1,4 @@
-"""Pieces the scheduler's admin pages share: read-only admins and action reports."""
+"""Pieces the scheduler's admin pages share: read-only admins, secret columns and action reports."""
 
 from __future__ import annotations
 
@@ -6,12 +6,28 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.contrib import admin
+from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpRequest
 
 LISTED_NAMES = 10
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class SecretFieldsAdmin(admin.ModelAdmin):
+    """An admin whose list refuses query-string filters on ``secret_fields``.
+
+    Django accepts a filter on any local field (``?handler__icontains=...``);
+    counting the rows it matches would reveal a secret one guess at a time.
+    """
+
+    secret_fields: tuple[str, ...] = ()
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        if lookup.split(LOOKUP_SEP)[0] in self.secret_fields:
+            return False
+        return super().lookup_allowed(lookup, value, request)
+
+
+class ReadOnlyAdmin(SecretFieldsAdmin):
     """An admin for rows only the scheduler writes: no add, change or delete."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:

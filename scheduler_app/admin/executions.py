@@ -107,7 +107,8 @@ class ExecutionAdmin(ReadOnlyAdmin):
     )
     list_filter = (StatusFilter, "trigger_type", LogFilter, "stop_requested")
     search_fields = ("task_id", "occurrence_id", "trigger_source", "owner")
-    # The execution token is a secret of the owning runner: never listed here.
+    # The execution token is a secret of the owning runner: never shown, never a filter.
+    secret_fields = ("execution_token",)
     fields = (
         ("occurrence_id", "sequence"),
         ("task_id", "task_revision"),
