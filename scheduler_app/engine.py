@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, transaction
 from django.db.models import Q
@@ -105,7 +105,8 @@ class Runner:
         self._listener: wakeup.Listener | None = None
         self._last_renewal = 0.0
         self._last_prune = 0.0
-        self._now_monotonic = time.monotonic()
+        # The last probe: when it was sent (monotonic) and the database time it read.
+        self._anchor = (time.monotonic(), datetime.now(UTC))
         self._next_event: float | None = None
         self.inline = inline
 
@@ -235,18 +236,18 @@ class Runner:
 
         True when the tick created, recovered or claimed executions.
         """
+        # Stop overdue attempts before anything else: this tick may recover their rows.
+        self.cancel_overdue()
         db.drop_broken_connections()
+        sent = time.monotonic()
         probe = db.probe()
         self.clock.observe(probe.now)
         now = self.clock.now()
-        # The local deadline starts no later than the database lease it mirrors.
-        self._now_monotonic = time.monotonic()
+        self._anchor = (sent, now)
         upcoming = [
             t for t in (probe.next_run_at, probe.next_due_at, probe.next_lease_expiry) if t and t > now
         ]
-        self._next_event = (
-            self._now_monotonic + (min(upcoming) - now).total_seconds() + EVENT_SLACK if upcoming else None
-        )
+        self._next_event = self._local(min(upcoming)) + EVENT_SLACK if upcoming else None
         worked = False
         due = probe.next_due_at is not None and probe.next_due_at <= now
         if probe.next_run_at is not None and probe.next_run_at <= now:
@@ -290,7 +291,7 @@ class Runner:
             self._write_log(item.execution, item.task_name, item.log_status)
         for claim in claimed:
             attempt = Attempt(claim, writer=self._writer)
-            attempt.lease_deadline = self._now_monotonic + self.lease_seconds
+            attempt.lease_deadline = self._local(claim.execution.lease_expires_at)
             with self._lock:
                 self.in_flight[claim.execution.sequence] = attempt
             if self._pool is None:
@@ -299,11 +300,30 @@ class Runner:
                 self._pool.submit(attempt)
         return len(claimed)
 
+    def _local(self, instant: datetime | None) -> float:
+        """The monotonic time at which the database reaches ``instant``, never later than it does.
+
+        The database read its clock after the probe was sent, so counting from the send
+        time errs early, whatever the round trip; a lease therefore ends on this runner's
+        clock no later than in the database.
+        """
+        sent, database_now = self._anchor
+        assert instant is not None
+        return sent + (instant - database_now).total_seconds()
+
+    def _fence_margin(self) -> float:
+        """How long before its lease ends an attempt is cancelled: time for the handler to stop."""
+        return max(0.1, min(2.0, self.lease_seconds * 0.05))
+
     def _pause(self, wanted: float) -> float:
         """Sleep no longer than the next known due instant (a cron minute, a retry, a lease expiry)
         or the earliest local lease deadline, so work starts and overdue attempts are cancelled on time."""
         with self._lock:
-            deadlines = [a.lease_deadline for a in self.in_flight.values() if not a.cancelled.is_set()]
+            deadlines = [
+                a.lease_deadline - self._fence_margin()
+                for a in self.in_flight.values()
+                if not a.cancelled.is_set()
+            ]
         if self._next_event is not None:
             deadlines.append(self._next_event)
         if not deadlines:
@@ -312,7 +332,7 @@ class Runner:
 
     def cancel_overdue(self) -> None:
         """Cancel attempts whose lease could not be renewed in time: another runner may own them now."""
-        now = time.monotonic()
+        now = time.monotonic() + self._fence_margin()
         with self._lock:
             overdue = [attempt for attempt in self.in_flight.values() if now >= attempt.lease_deadline]
         for attempt in overdue:
@@ -322,7 +342,6 @@ class Runner:
         """Extend the leases of in-flight attempts; cancel those lost or stop-requested."""
         self._last_renewal = time.monotonic()
         now = self.clock.now()
-        renewed_until = time.monotonic() + self.lease_seconds
         with self._lock:
             attempts = list(self.in_flight.values())
         try:
@@ -340,9 +359,8 @@ class Runner:
                     .order_by("sequence")
                 )
                 state = dict(rows.values_list("sequence", "stop_requested"))
-                Execution.objects.filter(sequence__in=list(state)).update(
-                    lease_expires_at=now + timedelta(seconds=self.lease_seconds)
-                )
+                lease_until = now + timedelta(seconds=self.lease_seconds)
+                Execution.objects.filter(sequence__in=list(state)).update(lease_expires_at=lease_until)
         except DATABASE_ERRORS:
             logger.warning("lease renewal failed; attempts past their lease will be cancelled")
             raise
@@ -351,7 +369,7 @@ class Runner:
             if sequence not in state:
                 attempt.cancel("lease lost", lease_lost=True)
             else:
-                attempt.lease_deadline = renewed_until
+                attempt.lease_deadline = self._local(lease_until)
                 if state[sequence]:
                     attempt.cancel("stop requested")
 

@@ -46,7 +46,7 @@ def append(events: Iterable[ExecutionEvent]) -> None:
     connection = connections[router.db_for_write(ExecutionEvent)]
     fields = [f for f in ExecutionEvent._meta.concrete_fields if not f.primary_key]
     table = connection.ops.quote_name(ExecutionEvent._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
     row_sql = f"({', '.join(['%s'] * len(fields))})"
     size = max(1, connection.ops.bulk_batch_size(fields, rows))
     with connection.cursor() as cursor:

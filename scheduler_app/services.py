@@ -277,21 +277,24 @@ class Scheduler:
         digest = payload_hash(params)
         occurrence_id = manual_occurrence_id(task_id, idempotency_key)
         with storage_errors():
-            task = Task.objects.filter(id=task_id).first()
-            if task is None:
+            found = Task.objects.filter(id=task_id).values_list("revision", "params", "retry_max_attempts")[
+                :1
+            ]
+            if not found:
                 raise TaskNotFound()
+            ((revision, task_params, max_attempts),) = found
             now = timezone.now()
             execution = Execution(
                 occurrence_id=occurrence_id,
-                task_id=task.id,
-                task_revision=task.revision,
+                task_id=task_id,
+                task_revision=revision,
                 trigger_type=TriggerType.MANUAL,
                 trigger_source=source or "",
                 idempotency_key=idempotency_key,
                 payload_hash=digest,
                 due_at=now,
-                params={**task.params, **(params or {})},
-                max_attempts=task.retry_max_attempts,
+                params={**task_params, **(params or {})},
+                max_attempts=max_attempts,
                 created_at=now,
                 updated_at=now,
             )

@@ -234,16 +234,6 @@ def test_a_runner_that_cannot_renew_its_lease_stops_the_handler_on_its_own_clock
 
 @pytest.mark.processes
 @needs_server
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "engine: the local lease deadline (Attempt.lease_deadline) is time.monotonic() read after "
-        "the probe returned, while the database lease is counted from the probe's statement time; "
-        "a probe answered late puts the local deadline that much after the database lease, and "
-        "cancel_overdue cancels only at the deadline itself, after the tick that may already have "
-        "recovered the row, with no safety margin"
-    ),
-)
 def test_side_effects_stop_before_the_database_lease_expires_when_the_database_answers_late(runners):
     """The lease must run out on the runner's clock before it runs out in the database.
 
