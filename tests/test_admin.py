@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
+from django.contrib.staticfiles import finders
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -406,6 +407,15 @@ def test_the_resolve_confirmation_lists_the_evidence_and_the_values_it_read(admi
     assert f'name="expected_{execution.pk}" value="{execution.updated_at.isoformat()}"' in page
     assert TOKEN not in page
     assert Execution.objects.get(pk=execution.pk).status == "unknown"
+
+
+def test_every_static_file_the_confirmation_page_links_is_shipped(admin_client):
+    # A missing file is a 404 with plain storage and a 500 with ManifestStaticFilesStorage.
+    execution = make_execution("report", "unknown")
+    page = admin_client.post(EXECUTIONS, action("resolve_as_success", execution)).content.decode()
+    linked = re.findall(r'(?:src|href)="/static/([^"]+)"', page)
+    assert "admin/js/cancel.js" in linked
+    assert [path for path in linked if finders.find(path) is None] == []
 
 
 def test_confirming_resolves_each_row_and_records_it(admin_client):
