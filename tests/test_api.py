@@ -273,6 +273,16 @@ def test_the_masked_handler_sent_back_keeps_the_stored_secrets(api):
     assert Task.objects.get().handler == changed
 
 
+def test_a_patch_changing_one_handler_field_keeps_the_secrets_sent_back_masked(api):
+    scheduler.register(definition(handler=SECRET_HANDLER))
+    shown = api.get(BASE + "tasks/report/").json()["handler"]
+    assert shown["headers"] == {"Authorization": "***"}
+    assert "hunter2" not in shown["url"] and "abc123" not in shown["url"]
+    response = api.patch(BASE + "tasks/report/", {"handler": {**shown, "method": "PUT"}}, format="json")
+    assert response.status_code == 200, response.content
+    assert Task.objects.get().handler == {**SECRET_HANDLER, "method": "PUT"}
+
+
 # -- triggers ----------------------------------------------------------------------
 
 

@@ -59,7 +59,7 @@ class TaskForm(forms.ModelForm):
         data["retry_backoff"] = data.get("retry_backoff") if data.get("retry_backoff") is not None else []
         stored = self.instance.handler if self.instance.pk else None
         if "handler" in self.fields:
-            handler = unmask(data.get("handler"), stored, registry.masked(stored))
+            handler = registry.unmask(data.get("handler"), stored)
             data["handler"] = handler
         else:
             handler = stored
@@ -96,15 +96,3 @@ class TaskForm(forms.ModelForm):
         prefix = f"{sub}: " if field == "handler" and sub else ""
         for message in messages:
             self.add_error(name, f"{prefix}{message}")
-
-
-def unmask(submitted: Any, stored: Any, masked: Any) -> Any:
-    """The submitted handler with each value left as it was shown masked replaced by the stored secret."""
-    if masked == stored:
-        return submitted
-    if isinstance(submitted, dict) and isinstance(stored, dict) and isinstance(masked, dict):
-        return {
-            key: unmask(value, stored.get(key), masked.get(key)) if key in stored else value
-            for key, value in submitted.items()
-        }
-    return stored if submitted == masked else submitted

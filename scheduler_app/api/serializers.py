@@ -104,10 +104,9 @@ class TaskSerializer(PassThroughSerializer):
             if values.get("id", task.id) != task.id:
                 raise serializers.ValidationError({"id": ["Cannot be changed."]})
             values.pop("id", None)
-            shown = registry.masked(task.handler)
-            # The masked handler sent back as read stands for the stored one, secrets included.
-            if values.get("handler") is not None and values["handler"] == shown and shown != task.handler:
-                values["handler"] = task.handler
+            # Values sent back as they were shown masked stand for the stored secrets.
+            if values.get("handler") is not None:
+                values["handler"] = registry.unmask(values["handler"], task.handler)
         return values
 
     def to_representation(self, task: Task) -> dict[str, Any]:

@@ -60,8 +60,27 @@ class HandlerRegistry:
         handler = self.get(config.get("kind", ""))
         return handler.mask(config) if handler is not None else {"kind": config.get("kind")}
 
+    def unmask(self, submitted: Any, stored: dict[str, Any] | None) -> Any:
+        """The submitted handler with each value sent back as shown masked replaced by the stored secret.
+
+        The admin form and the API both use it: changing one field of a handler and sending
+        the rest as read keeps the stored secrets.
+        """
+        return _unmask(submitted, stored, self.masked(stored))
+
     def reset(self) -> None:
         self._handlers = None
+
+
+def _unmask(submitted: Any, stored: Any, masked: Any) -> Any:
+    if masked == stored:
+        return submitted
+    if isinstance(submitted, dict) and isinstance(stored, dict) and isinstance(masked, dict):
+        return {
+            key: _unmask(value, stored.get(key), masked.get(key)) if key in stored else value
+            for key, value in submitted.items()
+        }
+    return stored if submitted == masked else submitted
 
 
 registry = HandlerRegistry()
