@@ -335,10 +335,28 @@ def test_task_actions_need_the_change_permission():
     scheduler.register(definition("report"))
     viewer = Client()
     viewer.force_login(staff("vera", "view_task"))
-    assert "run_now" not in viewer.get(TASKS).content.decode()
-    response = viewer.post(TASKS, action("run_now") | {"_selected_action": ["report"]}, follow=True)
+    page = viewer.get(TASKS).content.decode()
+    assert "run_now" not in page and "disable" not in page
+    response = viewer.post(TASKS, action("disable") | {"_selected_action": ["report"]}, follow=True)
+    assert response.status_code == 200
+    assert Task.objects.get(id="report").enabled
+
+
+def test_run_now_needs_add_execution_as_the_api_trigger_does():
+    scheduler.register(definition("report"))
+    editor = Client()
+    editor.force_login(staff("sam", "view_task", "change_task"))
+    assert "run_now" not in editor.get(TASKS).content.decode()
+    response = editor.post(TASKS, action("run_now") | {"_selected_action": ["report"]}, follow=True)
     assert response.status_code == 200
     assert not Execution.objects.exists()
+    trigger_only = Client()
+    trigger_only.force_login(staff("tom", "view_task", "add_execution"))
+    page = trigger_only.get(TASKS).content.decode()
+    assert "run_now" in page and "disable" not in page
+    response = trigger_only.post(TASKS, action("run_now") | {"_selected_action": ["report"]}, follow=True)
+    assert messages_of(response) == ["Triggered 1 task; its execution is pending: report."]
+    assert Execution.objects.get().trigger_source == "tom"
 
 
 # -- executions ----------------------------------------------------------------

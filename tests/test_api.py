@@ -500,6 +500,15 @@ def test_each_call_needs_its_model_permission():
     assert_error(trigger_only.get(BASE + "tasks/"), 403, "permission_denied")
 
 
+def test_trigger_needs_add_execution_as_run_now_in_the_admin_does():
+    scheduler.register(definition())
+    editor = client_for(make_user("sam", "view_task", "change_task", "change_task_handler"))
+    assert_error(post(editor, "tasks/report/trigger/", {}), 403, "permission_denied")
+    assert not Execution.objects.exists()
+    trigger_only = client_for(make_user("tom", "add_execution"))
+    assert post(trigger_only, "tasks/report/trigger/", {}).status_code == 202
+
+
 def test_changing_a_handler_needs_the_handler_permission():
     scheduler.register(definition(handler=SECRET_HANDLER))
     schedules_only = client_for(make_user("sam", "view_task", "add_task", "change_task"))

@@ -26,6 +26,8 @@ from scheduler_app.models import TERMINAL, Execution, Status, Task
 from scheduler_app.services import scheduler
 
 PREVIEW_COUNT = 5
+# A trigger creates an execution: the same permission as POST tasks/{id}/trigger/ in the REST API.
+TRIGGER_PERMISSION = "scheduler_app.add_execution"
 OUTCOMES = (*TERMINAL, Status.UNKNOWN)
 
 
@@ -181,7 +183,10 @@ class TaskAdmin(SecretFieldsAdmin):
 
     # -- actions ---------------------------------------------------------------
 
-    @admin.action(description="Run selected tasks now", permissions=["change"])
+    def has_trigger_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm(TRIGGER_PERMISSION))
+
+    @admin.action(description="Run selected tasks now", permissions=["trigger"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
         done, refused = [], []
         for task in queryset:
