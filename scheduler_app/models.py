@@ -16,6 +16,10 @@ class Overlap(models.TextChoices):
     BUFFER_ONE = "buffer_one", "Keep one waiting"
 
 
+# Created by Task.Meta.permissions; the admin and the REST API check it under this name.
+CHANGE_HANDLER_PERMISSION = "scheduler_app.change_task_handler"
+
+
 class Task(models.Model):
     """One task definition."""
 
@@ -134,6 +138,10 @@ class ExecutionQuerySet(models.QuerySet):
             self.order_by().values("task_id").annotate(n=models.Count("sequence")).values_list("task_id", "n")
         )
         return dict(rows)
+
+
+# Created by Execution.Meta.permissions; the admin and the REST API check it under this name.
+RESOLVE_UNKNOWN_PERMISSION = "scheduler_app.resolve_unknown"
 
 
 class Execution(models.Model):

@@ -16,7 +16,14 @@ from django.utils.translation import ngettext
 from scheduler_app.admin import resolve
 from scheduler_app.admin.common import ReadOnlyAdmin, actor, tell
 from scheduler_app.exceptions import SchedulerError
-from scheduler_app.models import TERMINAL, Execution, ExecutionEvent, LogPersistence, Status
+from scheduler_app.models import (
+    RESOLVE_UNKNOWN_PERMISSION,
+    TERMINAL,
+    Execution,
+    ExecutionEvent,
+    LogPersistence,
+    Status,
+)
 from scheduler_app.services import scheduler
 
 # Unknown first: those are the rows waiting for an operator.
@@ -32,7 +39,6 @@ STATUS_ORDER = (
 )
 LOG_FAILURES = "failures"
 OPERATE_PERMISSION = "scheduler_app.change_execution"
-RESOLVE_PERMISSION = "scheduler_app.resolve_unknown"
 
 
 def execution_name(execution: Execution) -> str:
@@ -128,7 +134,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
     actions = ["resolve_as_success", "resolve_as_discarded", "repair_logs", "request_stop"]
 
     def has_resolve_unknown_permission(self, request: HttpRequest) -> bool:
-        return bool(request.user.has_perm(RESOLVE_PERMISSION))
+        return bool(request.user.has_perm(RESOLVE_UNKNOWN_PERMISSION))
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm(OPERATE_PERMISSION))

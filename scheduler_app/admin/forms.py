@@ -11,8 +11,6 @@ from scheduler_app.exceptions import InvalidDefinition
 from scheduler_app.handlers import registry
 from scheduler_app.models import Task
 
-HANDLER_PERMISSION = "scheduler_app.change_task_handler"
-
 # Where an error of definitions.validate_definition() is shown on the form.
 ERROR_FIELDS = {
     "retry": "retry_backoff",
@@ -38,7 +36,7 @@ class TaskForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.definition: dict[str, Any] = {}
-        # The admin leaves "handler" out of the form for users without HANDLER_PERMISSION.
+        # The admin leaves "handler" out of the form for users without CHANGE_HANDLER_PERMISSION.
         if "handler" in self.fields:
             self.fields["handler"].required = False
             self.fields["handler"].help_text = (

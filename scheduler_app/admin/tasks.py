@@ -19,10 +19,10 @@ from django.utils.translation import ngettext
 from scheduler_app import cron
 from scheduler_app.admin.common import SecretFieldsAdmin, actor, tell
 from scheduler_app.admin.crontext import describe
-from scheduler_app.admin.forms import HANDLER_PERMISSION, TaskForm
+from scheduler_app.admin.forms import TaskForm
 from scheduler_app.exceptions import SchedulerError, TaskNotFound
 from scheduler_app.handlers import registry
-from scheduler_app.models import TERMINAL, Execution, Status, Task
+from scheduler_app.models import CHANGE_HANDLER_PERMISSION, TERMINAL, Execution, Status, Task
 from scheduler_app.services import scheduler
 
 PREVIEW_COUNT = 5
@@ -83,7 +83,9 @@ class TaskAdmin(SecretFieldsAdmin):
     def _handler_field(self, request: HttpRequest, obj: Task | None) -> str:
         """The editable handler only for those allowed to change it; everyone else sees it masked."""
         can_save = self.has_change_permission(request, obj) if obj else self.has_add_permission(request)
-        return "handler" if can_save and request.user.has_perm(HANDLER_PERMISSION) else "masked_handler"
+        return (
+            "handler" if can_save and request.user.has_perm(CHANGE_HANDLER_PERMISSION) else "masked_handler"
+        )
 
     def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> Any:
         return [

@@ -16,9 +16,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from scheduler_app.conf import scheduler_settings
-
-RESOLVE_PERMISSION = "scheduler_app.resolve_unknown"
-HANDLER_PERMISSION = "scheduler_app.change_task_handler"
+from scheduler_app.models import RESOLVE_UNKNOWN_PERMISSION
 
 
 def required_permissions(request: Request, view: APIView) -> list[str]:
@@ -46,7 +44,7 @@ class CanResolveUnknown(BasePermission):
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         user = request.user
-        return bool(user and user.is_authenticated and user.has_perm(RESOLVE_PERMISSION))
+        return bool(user and user.is_authenticated and user.has_perm(RESOLVE_UNKNOWN_PERMISSION))
 
 
 DEFAULT_CLASSES: tuple[type[BasePermission], ...] = (IsStaffWithModelPermissions,)

@@ -31,7 +31,13 @@ from scheduler_app.api.serializers import (
     TriggerSerializer,
 )
 from scheduler_app.exceptions import TaskNotFound
-from scheduler_app.models import Execution, ExecutionLog, Task
+from scheduler_app.models import (
+    CHANGE_HANDLER_PERMISSION,
+    RESOLVE_UNKNOWN_PERMISSION,
+    Execution,
+    ExecutionLog,
+    Task,
+)
 from scheduler_app.services import MAX_PAGE_SIZE, LogPage, scheduler
 
 NIGHTLY_REPORT = {
@@ -122,9 +128,9 @@ class TaskViewSet(SchedulerViewSet):
     def check_handler_change(self, task: Task | None, handler: Any) -> None:
         """Changing what a task runs (JavaScript code, HTTP targets) needs its own permission, as in the admin."""
         stored = task.handler if task is not None else None
-        if handler != stored and not self.request.user.has_perm(permissions.HANDLER_PERMISSION):
+        if handler != stored and not self.request.user.has_perm(CHANGE_HANDLER_PERMISSION):
             raise exceptions.PermissionDenied(
-                f"Changing what a task runs needs the {permissions.HANDLER_PERMISSION} permission."
+                f"Changing what a task runs needs the {CHANGE_HANDLER_PERMISSION} permission."
             )
 
     @document(
@@ -259,7 +265,7 @@ class ExecutionViewSet(SchedulerViewSet):
         "retrieve": ("scheduler_app.view_execution",),
         "unknown": ("scheduler_app.view_execution",),
         "log_failures": ("scheduler_app.view_execution",),
-        "resolve": ("scheduler_app.view_execution", "scheduler_app.resolve_unknown"),
+        "resolve": ("scheduler_app.view_execution", RESOLVE_UNKNOWN_PERMISSION),
         "repair_log": ("scheduler_app.change_execution",),
         "stop": ("scheduler_app.change_execution",),
     }
