@@ -509,6 +509,28 @@ def test_trigger_needs_add_execution_as_run_now_in_the_admin_does():
     assert post(trigger_only, "tasks/report/trigger/", {}).status_code == 202
 
 
+def test_options_is_refused_and_cannot_tell_whether_an_id_exists(api):
+    scheduler.register(definition())
+    execution = scheduler.trigger("report")
+    nothing = client_for(make_user("nothing"))
+    machine = client_for(make_user("machine", staff=False))
+    paths = ["tasks/", "tasks/report/", "tasks/missing/", f"executions/{execution.occurrence_id}/"]
+    paths += [f"executions/{uuid.uuid4()}/", "tasks/report/trigger/", "logs/"]
+    for path in paths:
+        assert_error(nothing.options(BASE + path), 403, "permission_denied")
+        assert_error(api.options(BASE + path), 403, "permission_denied")
+    with override_settings(
+        SCHEDULER_APP={"API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"]}
+    ):
+        for path in ("tasks/report/", "tasks/missing/"):
+            assert_error(machine.options(BASE + path), 403, "permission_denied")
+
+
+def test_there_is_no_root_view_to_answer_with_the_hosts_default_permissions():
+    assert client_for(None).get(BASE).status_code == 404
+    assert client_for(make_user("nothing")).get(BASE).status_code == 404
+
+
 def test_changing_a_handler_needs_the_handler_permission():
     scheduler.register(definition(handler=SECRET_HANDLER))
     schedules_only = client_for(make_user("sam", "view_task", "add_task", "change_task"))

@@ -3,7 +3,8 @@
 Each view names the Django permissions a call needs (``required_permissions``).
 ``SCHEDULER_APP["API_PERMISSION_CLASSES"]`` replaces the default classes;
 resolving an unknown execution always needs ``scheduler_app.resolve_unknown``,
-and changing what a task runs always needs ``scheduler_app.change_task_handler``.
+changing what a task runs always needs ``scheduler_app.change_task_handler``,
+and a call a view lists no permissions for (OPTIONS) is refused to everyone.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ class CanResolveUnknown(BasePermission):
     def has_permission(self, request: Request, view: APIView) -> bool:
         user = request.user
         return bool(user and user.is_authenticated and user.has_perm(RESOLVE_UNKNOWN_PERMISSION))
+
+
+class Refused(BasePermission):
+    """Nobody: for the calls a view lists no permissions for, such as OPTIONS."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return False
 
 
 DEFAULT_CLASSES: tuple[type[BasePermission], ...] = (IsStaffWithModelPermissions,)

@@ -15,6 +15,8 @@ app_name = "scheduler_api"
 
 class Router(DefaultRouter):
     include_format_suffixes = False
+    # DRF's root view would take the host's default permissions, not the scheduler's.
+    include_root_view = False
 
 
 router = Router()

@@ -85,6 +85,10 @@ class SchedulerViewSet(viewsets.GenericViewSet):
 
     def get_permissions(self) -> list[BasePermission]:
         checks = [cls() for cls in permissions.permission_classes()]
+        if self.action is not None and self.action not in self.action_permissions:
+            # OPTIONS ("metadata") among others: it would need no permission, and on a detail
+            # URL its answer tells whether the id exists.
+            checks.append(permissions.Refused())
         if self.action == "resolve":
             checks.append(permissions.CanResolveUnknown())
         return checks
