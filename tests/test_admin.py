@@ -17,7 +17,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduler_app import scheduler
+from scheduler_app.exceptions import StorageError, TaskAlreadyExists, TaskNotFound
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Runner, Task
+from scheduler_app.services import Scheduler
 from tests import hooks
 from tests.factories import definition
 
@@ -188,6 +190,35 @@ def test_an_edit_goes_through_update_task(admin_client):
     assert (task.cron, task.name, task.revision) == ("30 4 * * *", "Renamed", 2)
     assert task.next_run_at.hour == 4 and task.next_run_at.minute == 30
     assert LogEntry.objects.get(object_id="report").is_change()
+
+
+@pytest.mark.parametrize(
+    ("service", "error"),
+    [("update_task", StorageError()), ("update_task", TaskNotFound()), ("register", TaskAlreadyExists())],
+)
+def test_a_save_the_service_refuses_is_a_form_error_not_a_success(admin_client, monkeypatch, service, error):
+    task = scheduler.register(definition("report", cron="0 2 * * *"))
+    before = Task.objects.values().get(id="report")
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(Scheduler, service, refuse)
+    if service == "register":
+        url, data = reverse("admin:scheduler_app_task_add"), task_form(id="other", cron="0 3 * * *")
+    else:
+        url, data = (
+            reverse("admin:scheduler_app_task_change", args=["report"]),
+            task_form(task, cron="0 3 * * *"),
+        )
+    response = admin_client.post(url, data, follow=True)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.non_field_errors() == [
+        f"The task was not saved: {error.message}"
+    ]
+    assert not any("success" in message for message in messages_of(response))
+    assert not LogEntry.objects.exists()
+    assert list(Task.objects.values()) == [before]
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The task form: validated by scheduler_app.definitions, handler secrets shown masked."""
+"""The task form: validated by scheduler_app.definitions, saved through the services, secrets masked."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import Any
 from django import forms
 
 from scheduler_app import definitions
-from scheduler_app.exceptions import InvalidDefinition
+from scheduler_app.exceptions import InvalidDefinition, SchedulerError
 from scheduler_app.handlers import registry
 from scheduler_app.models import Task
+from scheduler_app.services import scheduler
 
 # Where an error of definitions.validate_definition() is shown on the form.
 ERROR_FIELDS = {
@@ -20,7 +21,12 @@ ERROR_FIELDS = {
 
 
 class TaskForm(forms.ModelForm):
-    """Edits a definition; ``definition`` holds the validated dict once the form is valid."""
+    """Edits a definition; ``definition`` holds the validated dict once the form is valid.
+
+    A bound form is saved through the services as the last step of its validation: a
+    refusal there (a concurrent change, a storage failure) is a form error, so the admin
+    neither reports success nor records a change that did not happen.
+    """
 
     class Meta:
         model = Task
@@ -85,6 +91,25 @@ class TaskForm(forms.ModelForm):
             return data
         self.definition = definition
         return data
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        if not self.is_bound or self.errors:
+            return
+        try:
+            self._save_definition()
+        except SchedulerError as exc:
+            # Validated a moment ago: only a concurrent change or a database failure ends here.
+            self.add_error(None, f"The task was not saved: {exc.message}")
+
+    def _save_definition(self) -> None:
+        """Register a new task, or update an existing one with the fields that were changed."""
+        if self.instance._state.adding:
+            scheduler.register(self.definition)
+            return
+        keys = {"retry" if name.startswith("retry_") else name for name in self.changed_data}
+        changes = {key: self.definition[key] for key in keys if key in self.definition}
+        scheduler.update_task(self.instance.id, **changes)
 
     def _add_definition_error(self, key: str, messages: list[str]) -> None:
         field, _, sub = key.partition(".")

@@ -113,18 +113,7 @@ class TaskAdmin(SecretFieldsAdmin):
         return ["id", *fields] if obj is not None else fields
 
     def save_model(self, request: HttpRequest, obj: Task, form: ModelForm, change: bool) -> None:
-        assert isinstance(form, TaskForm)
-        definition = form.definition
-        try:
-            if change:
-                keys = {"retry" if name.startswith("retry_") else name for name in form.changed_data}
-                scheduler.update_task(obj.id, **{key: definition[key] for key in keys if key in definition})
-            else:
-                scheduler.register(definition)
-        except SchedulerError as exc:
-            # Validated a moment ago: only a concurrent change or a database failure ends here.
-            self.message_user(request, f"The task was not saved: {exc.message}", messages.ERROR)
-            return
+        # TaskForm saved the task through the services when it was validated.
         obj.refresh_from_db()
 
     def delete_model(self, request: HttpRequest, obj: Task) -> None:
