@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduler_app import scheduler
+from scheduler_app.admin import resolve
 from scheduler_app.exceptions import StorageError, TaskAlreadyExists, TaskNotFound
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Runner, Task
 from scheduler_app.services import Scheduler
@@ -477,6 +478,24 @@ def test_confirming_resolves_each_row_and_records_it(admin_client):
     entries = LogEntry.objects.filter(change_message="Resolved unknown as success.")
     assert {entry.object_id for entry in entries} == {str(first.pk), str(second.pk)}
     assert ExecutionLog.objects.get(occurrence_id=first.occurrence_id).status == "success"
+
+
+def test_resolve_messages_have_one_message_id_whatever_the_status(admin_client, monkeypatch):
+    asked: list[str] = []
+
+    def recording_ngettext(singular: str, plural: str, number: int) -> str:
+        asked.append(singular)
+        return singular if number == 1 else plural
+
+    monkeypatch.setattr(resolve, "ngettext", recording_ngettext)
+    for name, execution in (
+        ("resolve_as_success", make_execution()),
+        ("resolve_as_discarded", make_execution()),
+    ):
+        response = admin_client.post(EXECUTIONS, confirm(name, execution), follow=True)
+        assert messages_of(response)[0].startswith("Resolved 1 unknown execution as ")
+    resolved = [text for text in asked if text.startswith("Resolved")]
+    assert resolved == ["Resolved %(count)d unknown execution as %(status)s: %(items)s."] * 2
 
 
 def test_a_row_changed_after_the_confirmation_page_is_a_conflict_and_left_alone(admin_client):

@@ -54,8 +54,16 @@ def names(items: Sequence[str]) -> str:
 
 
 def tell(
-    modeladmin: admin.ModelAdmin, request: HttpRequest, text: str, items: Sequence[str], level: int
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    text: str,
+    items: Sequence[str],
+    level: int,
+    **values: str,
 ) -> None:
-    """Send one action message (already chosen with ngettext) when it concerns any row."""
+    """Send one action message (already chosen with ngettext) when it concerns any row.
+
+    ``values`` fill the message's other placeholders, so the message id stays one string.
+    """
     if items:
-        modeladmin.message_user(request, text % {"count": len(items), "items": names(items)}, level)
+        modeladmin.message_user(request, text % {**values, "count": len(items), "items": names(items)}, level)

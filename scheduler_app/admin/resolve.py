@@ -104,12 +104,13 @@ def resolve_confirmed(
         modeladmin,
         request,
         ngettext(
-            f"Resolved %(count)d unknown execution as {status}: %(items)s.",
-            f"Resolved %(count)d unknown executions as {status}: %(items)s.",
+            "Resolved %(count)d unknown execution as %(status)s: %(items)s.",
+            "Resolved %(count)d unknown executions as %(status)s: %(items)s.",
             len(done),
         ),
         done,
         messages.SUCCESS,
+        status=status,
     )
     tell(
         modeladmin,
