@@ -459,6 +459,40 @@ def test_the_resolve_confirmation_lists_the_evidence_and_the_values_it_read(admi
     assert Execution.objects.get(pk=execution.pk).status == "unknown"
 
 
+def test_the_resolve_confirmation_shows_the_state_changes_of_the_last_attempt(admin_client):
+    execution = make_execution("report", "unknown", attempt=2)
+    execution.events.filter(to_status="unknown").delete()
+    now = timezone.now()
+    for minutes, before, after, reason in (
+        (3, "running", "pending", "retry after failure"),
+        (2, "pending", "claimed", "retry claimed"),
+        (1, "claimed", "unknown", "lease expired while claimed"),
+    ):
+        ExecutionEvent.objects.create(
+            execution=execution,
+            at=now - timedelta(minutes=minutes),
+            from_status=before,
+            to_status=after,
+            reason=reason,
+            node="node-c",
+            attempt=1 if after == "pending" else 2,
+        )
+    page = admin_client.post(EXECUTIONS, action("resolve_as_success", execution)).content.decode()
+    assert "Last attempt (2)" in page
+    table = re.search(r'<table class="scheduler-last-attempt">(.*?)</table>', page, re.S)
+    assert table is not None
+    rows = [
+        [re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td>(.*?)</td>", row, re.S)]
+        for row in re.findall(r"<tr>(.*?)</tr>", table.group(1), re.S)
+        if "<td>" in row
+    ]
+    assert [row[1:] for row in rows] == [
+        ["pending", "claimed", "retry claimed", "node-c"],
+        ["claimed", "unknown", "lease expired while claimed", "node-c"],
+    ]
+    assert rows[0][0] == f"{now - timedelta(minutes=2):%Y-%m-%d %H:%M:%S} UTC"
+
+
 def test_every_static_file_the_confirmation_page_links_is_shipped(admin_client):
     # A missing file is a 404 with plain storage and a 500 with ManifestStaticFilesStorage.
     execution = make_execution("report", "unknown")

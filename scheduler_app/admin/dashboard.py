@@ -96,7 +96,6 @@ def dashboard(now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     bars = hourly_runs(now)
     return {
-        "since": now - timedelta(hours=HOURS),
         "states": state_counts(now - timedelta(hours=HOURS)),
         "unknown": scheduler.executions.list_unknown().count(),
         "log_failures": scheduler.executions.list_log_failures().count(),
