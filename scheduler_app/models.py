@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import models
@@ -247,6 +247,22 @@ class ExecutionLog(models.Model):
         return f"{self.task_id} attempt {self.attempt}: {self.status}"
 
 
+class RunnerQuerySet(models.QuerySet):
+    def with_state(self, now: datetime, lease: timedelta) -> RunnerQuerySet:
+        """Annotate ``state``: stopped, alive (seen within one lease before ``now``) or silent.
+
+        Runners write last_seen_at on the database clock: pass ``now`` read from it.
+        """
+        return self.annotate(
+            state=models.Case(
+                models.When(~models.Q(stopped_at=None), then=models.Value("stopped")),
+                models.When(last_seen_at__gte=now - lease, then=models.Value("alive")),
+                default=models.Value("silent"),
+                output_field=models.CharField(),
+            )
+        )
+
+
 class Runner(models.Model):
     """One live or past runner process."""
 
@@ -257,6 +273,8 @@ class Runner(models.Model):
     last_seen_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
     version = models.CharField(max_length=32)
+
+    objects = RunnerQuerySet.as_manager()
 
     class Meta:
         ordering = ["-last_seen_at"]

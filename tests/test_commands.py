@@ -10,6 +10,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import OperationalError
+from django.test import override_settings
+from django.urls import reverse
 
 from scheduler_app import db, scheduler
 from scheduler_app.engine import Runner
@@ -50,6 +52,33 @@ def test_scheduler_status_tells_live_from_stopped_runners(capsys):
     assert "a\talive" in output and "b\tsilent" in output
     with pytest.raises(CommandError):
         call_command("scheduler_status", "--node-id", "b")
+
+
+def test_scheduler_status_and_the_runner_admin_share_one_alive_rule(capsys, admin_client):
+    now = db.probe().now
+    lease = timedelta(seconds=300)
+    for node_id, seen, stopped in (
+        ("edge", now - lease, None),
+        ("late", now - lease - timedelta(seconds=1), None),
+        ("gone", now, now),
+    ):
+        RunnerRecord.objects.create(
+            node_id=node_id,
+            host="h",
+            pid=1,
+            started_at=now,
+            last_seen_at=seen,
+            stopped_at=stopped,
+            version="x",
+        )
+    states = dict(RunnerRecord.objects.with_state(now, lease).values_list("node_id", "state"))
+    assert states == {"edge": "alive", "late": "silent", "gone": "stopped"}
+    with override_settings(SCHEDULER_APP={"LEASE_SECONDS": 3600}):
+        call_command("scheduler_status")
+        page = admin_client.get(reverse("admin:scheduler_app_runner_changelist"))
+    shown = {runner.node_id: runner.state for runner in page.context["cl"].result_list}
+    listed = dict(line.split("\t")[:2] for line in capsys.readouterr().out.splitlines())
+    assert shown == listed == {"edge": "alive", "late": "alive", "gone": "stopped"}
 
 
 def test_a_runner_backs_off_while_the_database_is_down_and_recovers():

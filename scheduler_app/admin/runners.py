@@ -7,18 +7,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin
-from django.db.models import (
-    Case,
-    CharField,
-    Count,
-    IntegerField,
-    OuterRef,
-    Q,
-    QuerySet,
-    Subquery,
-    Value,
-    When,
-)
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.urls import reverse
@@ -28,7 +17,7 @@ from django.utils.safestring import SafeString
 from scheduler_app.admin.common import ReadOnlyAdmin
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.db import probe
-from scheduler_app.models import LEASED, Execution, Runner
+from scheduler_app.models import LEASED, Execution, Runner, RunnerQuerySet
 
 STATES = ("alive", "silent", "stopped")
 
@@ -52,10 +41,7 @@ class RunnerAdmin(ReadOnlyAdmin):
     list_filter = (StateFilter,)
     search_fields = ("node_id", "host")
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Runner]:
-        # Runners write last_seen_at on the database clock, so "alive" is judged on it too
-        # (the same rule as manage.py scheduler_status).
-        horizon = probe().now - timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
+    def get_queryset(self, request: HttpRequest) -> RunnerQuerySet:
         held = (
             Execution.objects.filter(owner=OuterRef("node_id"), status__in=LEASED)
             .order_by()
@@ -63,20 +49,13 @@ class RunnerAdmin(ReadOnlyAdmin):
             .annotate(n=Count("sequence"))
             .values("n")
         )
-        runners: QuerySet[Runner] = (
-            super()
-            .get_queryset(request)
-            .annotate(
-                state=Case(
-                    When(~Q(stopped_at=None), then=Value("stopped")),
-                    When(last_seen_at__gte=horizon, then=Value("alive")),
-                    default=Value("silent"),
-                    output_field=CharField(),
-                ),
-                held=Coalesce(Subquery(held, output_field=IntegerField()), 0),
-            )
+        runners = super().get_queryset(request)
+        assert isinstance(runners, RunnerQuerySet)
+        lease = timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
+        # The same rule as manage.py scheduler_status, on the database clock.
+        return runners.with_state(probe().now, lease).annotate(
+            held=Coalesce(Subquery(held, output_field=IntegerField()), 0)
         )
-        return runners
 
     @admin.display(description="state", ordering="state")
     def state(self, runner: Runner) -> str:

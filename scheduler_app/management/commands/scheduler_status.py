@@ -23,17 +23,16 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             # Runners write last_seen_at on the database clock: compare on it too.
-            horizon = probe().now - timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
-            runners = list(Runner.objects.all())
+            lease = timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
+            runners = list(Runner.objects.with_state(probe().now, lease))
         except DatabaseError:
             raise CommandError("database unavailable") from None
         if options["node_id"]:
             runners = [runner for runner in runners if runner.node_id == options["node_id"]]
         alive = 0
         for runner in runners:
-            is_alive = runner.stopped_at is None and runner.last_seen_at >= horizon
-            alive += is_alive
-            state = "alive" if is_alive else ("stopped" if runner.stopped_at else "silent")
+            state = str(getattr(runner, "state", ""))
+            alive += state == "alive"
             self.stdout.write(
                 f"{runner.node_id}\t{state}\tlast seen {runner.last_seen_at:%Y-%m-%dT%H:%M:%SZ}"
             )
