@@ -44,7 +44,8 @@ CLEARABLE = frozenset({"retry", "handler", "timezone"})
 Errors = dict[str, list[str]]
 
 
-def _short(value: Any) -> str:
+def short_text(value: Any) -> str:
+    """A value as error messages quote it: its repr, cut to 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -114,7 +115,9 @@ def _check_handler(errors: Errors, value: Any) -> None:
     handler = registry.get(kind) if isinstance(kind, str) else None
     if handler is None:
         known = ", ".join(registry.kinds()) or "none"
-        errors.setdefault("handler.kind", []).append(f"Unknown handler kind {_short(kind)} (known: {known}).")
+        errors.setdefault("handler.kind", []).append(
+            f"Unknown handler kind {short_text(kind)} (known: {known})."
+        )
         return
     if not _is_json(value):
         errors.setdefault("handler", []).append("Must be JSON.")
@@ -197,7 +200,7 @@ def validate_definition(data: Any) -> dict[str, Any]:
     errors: Errors = {}
     unknown = sorted(str(key) for key in data if key not in FIELDS)
     if unknown:
-        errors[""] = [f"Unknown fields: {', '.join(_short(k) for k in unknown)}."]
+        errors[""] = [f"Unknown fields: {', '.join(short_text(k) for k in unknown)}."]
     for required in ("id", "cron"):
         if required not in data:
             errors.setdefault(required, []).append("This field is required.")
@@ -212,7 +215,7 @@ def validate_changes(changes: dict[str, Any]) -> dict[str, Any]:
     errors: Errors = {}
     unknown = sorted(str(key) for key in changes if key not in UPDATABLE)
     if unknown:
-        errors[""] = [f"Unknown or read-only fields: {', '.join(_short(k) for k in unknown)}."]
+        errors[""] = [f"Unknown or read-only fields: {', '.join(short_text(k) for k in unknown)}."]
     for key, value in changes.items():
         if value is None and key in UPDATABLE and key not in CLEARABLE and key != "misfire_grace_seconds":
             errors.setdefault(key, []).append("Cannot be null.")

@@ -493,6 +493,14 @@ def test_the_resolve_confirmation_shows_the_state_changes_of_the_last_attempt(ad
     assert rows[0][0] == f"{now - timedelta(minutes=2):%Y-%m-%d %H:%M:%S} UTC"
 
 
+@pytest.mark.parametrize(("minutes", "label"), [(-1, "Lease expired"), (5, "Lease expires"), (None, "Lease")])
+def test_the_resolve_confirmation_says_whether_the_lease_has_expired(admin_client, minutes, label):
+    lease = None if minutes is None else timezone.now() + timedelta(minutes=minutes)
+    execution = make_execution("report", "unknown", lease_expires_at=lease)
+    page = admin_client.post(EXECUTIONS, action("resolve_as_success", execution)).content.decode()
+    assert re.findall(r'<th scope="row">(Lease[^<]*)</th>', page) == [label]
+
+
 def test_every_static_file_the_confirmation_page_links_is_shipped(admin_client):
     # A missing file is a 404 with plain storage and a 500 with ManifestStaticFilesStorage.
     execution = make_execution("report", "unknown")

@@ -19,7 +19,7 @@ from scheduler_app import scheduler
 from scheduler_app.api.parsers import MAX_BODY_BYTES, MAX_DEPTH
 from scheduler_app.exceptions import InvalidDefinition, StorageError
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Task
-from scheduler_app.services import Scheduler
+from scheduler_app.services import Executions, Scheduler
 from tests.factories import definition, expire_lease, inline_runner
 
 pytestmark = pytest.mark.django_db
@@ -453,6 +453,24 @@ def test_repair_log_rebuilds_the_rows_and_log_failures_lists_what_needs_it(api, 
     assert post(api, f"executions/{execution.occurrence_id}/repair-log/").status_code == 200
     assert ExecutionLog.objects.count() == 1
     assert api.get(BASE + "executions/log-failures/").json()["count"] == 0
+
+
+def test_repair_log_reads_the_execution_once_and_answers_the_canonical_id(api, clock, monkeypatch):
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    execution = scheduler.trigger("report")
+    inline_runner(clock).tick()
+    reads: list[Any] = []
+    real_get = Executions.get
+
+    def counting_get(self: Executions, occurrence_id: Any) -> Execution:
+        reads.append(occurrence_id)
+        return real_get(self, occurrence_id)
+
+    monkeypatch.setattr(Executions, "get", counting_get)
+    response = post(api, f"executions/{str(execution.occurrence_id).upper()}/repair-log/")
+    assert response.status_code == 200, response.content
+    assert response.json()["occurrence_id"] == str(execution.occurrence_id)
+    assert len(reads) == 1
 
 
 # -- permissions ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.utils import timezone
 from django.utils.translation import ngettext
 
 from scheduler_app.admin.common import actor, tell
@@ -35,7 +36,8 @@ def confirmation_page(
     modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Execution], status: str
 ) -> TemplateResponse:
     executions = list(queryset.order_by("updated_at").prefetch_related("events"))
-    rows = [evidence(execution) for execution in executions]
+    now = timezone.now()
+    rows = [evidence(execution, now) for execution in executions]
     opts = modeladmin.model._meta
     context: dict[str, Any] = {
         **modeladmin.admin_site.each_context(request),
@@ -55,7 +57,7 @@ def confirmation_page(
     return TemplateResponse(request, TEMPLATE, context)
 
 
-def evidence(execution: Execution) -> dict[str, Any]:
+def evidence(execution: Execution, now: datetime) -> dict[str, Any]:
     """What an operator needs to decide: the history, the last attempt, its owner and lease."""
     events = list(execution.events.all())
     last_attempt = [event for event in events if event.attempt == execution.attempt and event.attempt]
@@ -64,6 +66,7 @@ def evidence(execution: Execution) -> dict[str, Any]:
         "pk": execution.pk,
         "events": events,
         "last_attempt": last_attempt,
+        "lease_expired": execution.lease_expires_at is not None and execution.lease_expires_at <= now,
         "resolvable": execution.status == Status.UNKNOWN,
         # The exact value read, microseconds included: the compare-and-set of resolve_unknown.
         "expected": execution.updated_at.isoformat(),

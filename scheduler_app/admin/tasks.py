@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import suppress
 from datetime import datetime
 from typing import Any
@@ -167,8 +168,6 @@ class TaskAdmin(SecretFieldsAdmin):
     def masked_handler(self, task: Task) -> SafeString | str:
         if task is None or task.handler is None:
             return "none: the on_task_execute hook runs the task"
-        import json
-
         shown = json.dumps(registry.masked(task.handler), indent=2, sort_keys=True)
         return format_html("<pre>{}</pre>", shown)
 

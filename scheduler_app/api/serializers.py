@@ -32,7 +32,7 @@ class PassThroughSerializer(serializers.Serializer):
         read_only = {name for name, field in self.fields.items() if field.read_only}
         unknown = sorted(str(key) for key in data if key not in self.fields)
         if unknown:
-            names = ", ".join(definitions._short(key) for key in unknown)
+            names = ", ".join(definitions.short_text(key) for key in unknown)
             raise serializers.ValidationError({"": [f"Unknown fields: {names}."]})
         values = {key: value for key, value in data.items() if key not in read_only}
         errors: dict[str, Any] = {}

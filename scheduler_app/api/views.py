@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -321,10 +322,9 @@ class ExecutionViewSet(SchedulerViewSet):
     def repair_log(self, request: Request, occurrence_id: str) -> Response:
         """Rebuild the execution's log rows from its journal; safe to repeat, runs no handler."""
         rows = scheduler.executions.repair_log(occurrence_id)
-        execution = scheduler.executions.get(occurrence_id)
-        return Response(
-            {"occurrence_id": str(execution.occurrence_id), "logs": LogSerializer(rows, many=True).data}
-        )
+        # repair_log found the execution, so the id is a valid UUID: answered in its canonical form.
+        canonical = str(uuid.UUID(occurrence_id))
+        return Response({"occurrence_id": canonical, "logs": LogSerializer(rows, many=True).data})
 
     @document(
         request=None,
