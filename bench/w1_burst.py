@@ -17,7 +17,7 @@ uses the server at PGHOST/PGPORT instead.
 
 Run (from the repository root; about a minute per size plus the burst):
 
-    .venv/bin/python bench/w1_burst.py [--tasks 1000,10000] [--runners 2] [--workers 16] [--lead 40]
+    .venv/bin/python bench/w1_burst.py [--tasks 1000,10000] [--runners 2] [--workers 32] [--lead 40]
 
 Writes bench/results/w1_burst.json.
 """
@@ -128,7 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="1000,10000", help="comma-separated sizes")
     parser.add_argument("--runners", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=32)
     parser.add_argument("--lead", type=float, default=40.0)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--shared-pg", action="store_true")

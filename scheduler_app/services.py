@@ -77,6 +77,14 @@ class LogPage:
         return self.page * self.page_size < self.count
 
 
+def _check_resolvable(execution: Execution, expected_updated_at: datetime) -> None:
+    """A caller who read an older version gets Conflict (reload), even if the row is no longer unknown."""
+    if execution.updated_at != expected_updated_at:
+        raise Conflict("The execution changed since it was read; reload and try again.")
+    if execution.status != Status.UNKNOWN:
+        raise InvalidState("Only executions in state unknown can be resolved.")
+
+
 class Executions:
     """Operations on the execution journal: ``scheduler.executions``."""
 
@@ -119,8 +127,7 @@ class Executions:
         if not isinstance(expected_updated_at, datetime):
             raise InvalidDefinition(errors={"expected_updated_at": ["Must be a datetime."]})
         execution = self.get(occurrence_id)
-        if execution.status != Status.UNKNOWN:
-            raise InvalidState("Only executions in state unknown can be resolved.")
+        _check_resolvable(execution, expected_updated_at)
         now = timezone.now()
         reason = f"resolved as {status}" + (f" by {by}" if by else "")
         with storage_errors():
@@ -137,10 +144,7 @@ class Executions:
                 extra_filter={"updated_at": expected_updated_at},
             )
         if not done:
-            current = self.get(occurrence_id)
-            if current.status != Status.UNKNOWN:
-                raise InvalidState("Only executions in state unknown can be resolved.")
-            raise Conflict("The execution changed since it was read; reload and try again.")
+            _check_resolvable(self.get(occurrence_id), expected_updated_at)
         _refresh_logs(execution.occurrence_id)
         return self.get(occurrence_id)
 

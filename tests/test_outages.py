@@ -24,7 +24,7 @@ import pytest
 from django.db import connection, connections
 
 from scheduler_app import claims, db, journal, scheduler
-from scheduler_app.exceptions import InvalidState
+from scheduler_app.exceptions import Conflict
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Runner, Status, Task
 from tests import hooks
 from tests.factories import T0, definition, inline_runner
@@ -539,8 +539,7 @@ def resolve_at_once(execution: Execution, statuses: tuple[str, ...]) -> dict[str
 def test_two_operators_resolving_the_same_unknown_execution_at_once_exactly_one_wins():
     """Each thread has its own connection; both pass the same expected_updated_at at the same instant.
 
-    The loser is refused with InvalidState, as documented for an execution that is no longer
-    unknown (docs/operations.md): its compare-and-set found the winner's committed row.
+    The loser is refused with Conflict: the row changed since it read it (the winner's commit).
     """
     executions = unknown_executions(12)
     for execution in executions:
@@ -548,7 +547,7 @@ def test_two_operators_resolving_the_same_unknown_execution_at_once_exactly_one_
         winners = [status for status, value in outcomes.items() if isinstance(value, Execution)]
         losers = [value for value in outcomes.values() if not isinstance(value, Execution)]
         assert len(winners) == 1 and len(losers) == 1, outcomes
-        assert isinstance(losers[0], InvalidState), losers
+        assert isinstance(losers[0], Conflict), losers
         final = execution_of(execution.occurrence_id)
         assert final.status == winners[0]
         resolutions = [
