@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
-from scheduler_app import claims, db, journal, scheduler
+from scheduler_app import claims, db, journal, scheduler, wakeup
 from scheduler_app.exceptions import Conflict
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Runner, Status, Task
 from tests import hooks
@@ -785,3 +785,91 @@ def test_postgresql_stopped_for_two_minutes_runners_recover_without_restart_and_
         } <= set(started)
     for node in nodes:
         assert node.stop() == 0
+
+
+class OwnRedis:
+    """A redis-server of the test's own on a free port, so stopping it disturbs nobody else."""
+
+    def __init__(self) -> None:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        wait_for(self.ping, message="redis-server answers")
+
+    def client(self) -> Any:
+        import redis
+
+        return redis.Redis.from_url(self.url, socket_connect_timeout=0.5, socket_timeout=0.5)
+
+    def ping(self) -> bool:
+        try:
+            return bool(self.client().ping())
+        except Exception:
+            return False
+
+    def subscribers(self) -> int:
+        return int(
+            self.client().pubsub_numpat() + sum(n for _, n in self.client().pubsub_numsub(wakeup.CHANNEL))
+        )
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+@pytest.mark.processes
+@needs_server
+def test_redis_stopped_and_flushed_mid_run_leaves_the_runner_polling_and_wake_ups_resume(runners, settings):
+    """Tick 10 s. Three triggers in a row each started within 1 s prove wake-ups (a tick alone
+    would do that about once in a thousand); a trigger run while Redis is down proves polling."""
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    server = OwnRedis()
+    server.start()
+    try:
+        scheduler.register(definition(cron=NEVER))
+        runner = runners.start("redis-outage", "--tick-interval", "10", SCHEDULER_REDIS_URL=server.url)
+        settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "REDIS_URL": server.url}
+        wait_for(lambda: server.subscribers() >= 1, timeout=30, message="the runner's listener subscribes")
+
+        def run(value: int, wait: float) -> float:
+            execution = scheduler.trigger("report", params={"result": value}, wait=wait)
+            assert (execution.status, execution.result) == (Status.SUCCESS, value)
+            return (execution.started_at - execution.created_at).total_seconds()
+
+        assert max(run(value, wait=15) for value in (1, 2, 3)) < 1
+        server.client().flushall()
+        server.kill()
+        run(4, wait=40)  # Redis is down: the runner's next tick finds it
+        assert runner.alive
+        server.start()
+        wait_for(lambda: server.subscribers() >= 1, timeout=30, message="the listener subscribes again")
+        assert max(run(value, wait=15) for value in (5, 6, 7)) < 1
+        assert runner.alive
+        assert runner.stop() == 0
+    finally:
+        server.kill()
