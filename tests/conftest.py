@@ -19,3 +19,33 @@ def clock(monkeypatch: pytest.MonkeyPatch):
     fake = FakeClock(T0)
     monkeypatch.setattr("django.utils.timezone.now", fake.now)
     return fake
+
+
+RUNNER_THREAD = "runner-under-test"
+
+
+@pytest.fixture
+def running():
+    """Start threaded Runners on the real clock (thread name RUNNER_THREAD); stop them at the end."""
+    import threading
+
+    from django.db import connections
+
+    from scheduler_app.engine import Runner
+
+    started: list[tuple[Runner, threading.Thread]] = []
+
+    def start(**options) -> Runner:
+        options.setdefault("tick_interval", 0.05)
+        options.setdefault("lease_seconds", 30)
+        runner = Runner(node_id="worker-test", workers=2, drain_seconds=10, **options)
+        thread = threading.Thread(target=runner.run, daemon=True, name=RUNNER_THREAD)
+        thread.start()
+        started.append((runner, thread))
+        return runner
+
+    yield start
+    for runner, thread in started:
+        runner.shutdown()
+        thread.join(15)
+    connections.close_all()

@@ -6,36 +6,15 @@ import threading
 import time
 
 import pytest
-from django.db import connections
 from django.db.backends import utils
 
 from scheduler_app import scheduler
-from scheduler_app.engine import Runner
 from scheduler_app.models import Execution, Status
+from tests.conftest import RUNNER_THREAD
 from tests.factories import definition
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-RUNNER_THREAD = "runner-under-test"
-
-
-@pytest.fixture
-def running():
-    started: list[tuple[Runner, threading.Thread]] = []
-
-    def start(**options) -> Runner:
-        runner = Runner(node_id="pacing-test", workers=2, drain_seconds=10, **options)
-        thread = threading.Thread(target=runner.run, daemon=True, name=RUNNER_THREAD)
-        thread.start()
-        started.append((runner, thread))
-        return runner
-
-    yield start
-    for runner, thread in started:
-        runner.shutdown()
-        thread.join(15)
-    connections.close_all()
 
 
 @pytest.fixture

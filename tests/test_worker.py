@@ -2,39 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connections
 
 from scheduler_app import scheduler
-from scheduler_app.engine import Runner
 from scheduler_app.models import Execution, ExecutionEvent, Status
 from tests.factories import definition
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def running():
-    """Start a threaded Runner on the real clock; stop it at the end."""
-    started: list[tuple[Runner, threading.Thread]] = []
-
-    def start(**options) -> Runner:
-        options.setdefault("tick_interval", 0.05)
-        options.setdefault("lease_seconds", 30)
-        runner = Runner(node_id="worker-test", workers=2, drain_seconds=10, **options)
-        thread = threading.Thread(target=runner.run, daemon=True)
-        thread.start()
-        started.append((runner, thread))
-        return runner
-
-    yield start
-    for runner, thread in started:
-        runner.shutdown()
-        thread.join(15)
-    connections.close_all()
 
 
 def status_of(execution: Execution) -> str:

@@ -14,6 +14,7 @@ from rest_framework import serializers
 from scheduler_app import definitions
 from scheduler_app.api.schema import document_field
 from scheduler_app.handlers import registry
+from scheduler_app.logs import LOG_FIELDS
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status, Task, TriggerType
 from scheduler_app.services import MAX_PAGE_SIZE
 
@@ -197,21 +198,7 @@ class ExecutionDetailSerializer(ExecutionSerializer):
 class LogSerializer(serializers.ModelSerializer):
     class Meta:
         model = ExecutionLog
-        fields = (
-            "id",
-            "occurrence_id",
-            "task_id",
-            "task_name",
-            "trigger_type",
-            "trigger_source",
-            "status",
-            "result",
-            "error",
-            "attempt",
-            "started_at",
-            "finished_at",
-            "duration_ms",
-        )
+        fields = ("id", *LOG_FIELDS)
         read_only_fields = fields
 
 
