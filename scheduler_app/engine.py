@@ -28,6 +28,8 @@ from scheduler_app.writer import JournalWriter
 logger = logging.getLogger("scheduler_app")
 
 MAX_BACKOFF = 30.0
+# At most one tick per this many seconds is started by trigger wake-ups.
+TRIGGER_GATHER = 0.02
 # Wake this long after a known due instant, so the probe's clock has passed it.
 EVENT_SLACK = 0.002
 DATABASE_ERRORS = (DatabaseError, InterfaceError)
@@ -108,6 +110,7 @@ class Runner:
         # The last probe: when it was sent (monotonic) and the database time it read.
         self._anchor = (time.monotonic(), datetime.now(UTC))
         self._next_event: float | None = None
+        self._tick_started = 0.0
         self.inline = inline
 
     # -- lifecycle ---------------------------------------------------------
@@ -183,8 +186,13 @@ class Runner:
                     self.wait_idle(self.drain_seconds)
                     break
                 if not retry_now:
-                    self._wake.wait(self._pause(backoff or pause))
+                    woken = self._wake.wait(self._pause(backoff or pause))
                     self._wake.clear()
+                    if woken and self._listener is not None and self._listener.heard.is_set():
+                        self._listener.heard.clear()
+                        # A stream of triggers starts at most one tick per TRIGGER_GATHER, so
+                        # those that arrive meanwhile share one claim; a lone trigger waits not.
+                        self._stopping.wait(TRIGGER_GATHER - (time.monotonic() - self._tick_started))
         finally:
             self.stop()
 
@@ -236,6 +244,7 @@ class Runner:
 
         True when the tick created, recovered or claimed executions.
         """
+        self._tick_started = time.monotonic()
         # Stop overdue attempts before anything else: this tick may recover their rows.
         self.cancel_overdue()
         db.drop_broken_connections()

@@ -55,6 +55,8 @@ class Listener(threading.Thread):
     def __init__(self, wake: threading.Event) -> None:
         super().__init__(name="scheduler-redis-listener", daemon=True)
         self._wake = wake
+        # Set with ``wake`` when the wake-up came from a trigger; the runner clears it.
+        self.heard = threading.Event()
         self._stop_event = threading.Event()
 
     @classmethod
@@ -73,6 +75,7 @@ class Listener(threading.Thread):
                 try:
                     while not self._stop_event.is_set():
                         if pubsub.get_message(timeout=0.5) is not None:
+                            self.heard.set()
                             self._wake.set()
                 finally:
                     pubsub.close()

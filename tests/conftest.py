@@ -38,7 +38,8 @@ def running():
     def start(**options) -> Runner:
         options.setdefault("tick_interval", 0.05)
         options.setdefault("lease_seconds", 30)
-        runner = Runner(node_id="worker-test", workers=2, drain_seconds=10, **options)
+        options.setdefault("workers", 2)
+        runner = Runner(node_id="worker-test", drain_seconds=10, **options)
         thread = threading.Thread(target=runner.run, daemon=True, name=RUNNER_THREAD)
         thread.start()
         started.append((runner, thread))

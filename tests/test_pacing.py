@@ -8,7 +8,8 @@ import time
 import pytest
 from django.db.backends import utils
 
-from scheduler_app import scheduler
+from scheduler_app import scheduler, wakeup
+from scheduler_app.engine import TRIGGER_GATHER
 from scheduler_app.models import Execution, Status
 from tests.conftest import RUNNER_THREAD
 from tests.factories import definition
@@ -52,3 +53,25 @@ def test_a_runner_wakes_for_a_retry_at_its_due_instant_not_at_its_next_tick(runn
     running(tick_interval=30)
     wait_for(lambda: Execution.objects.get(sequence=execution.sequence).attempt == 2, timeout=10)
     wait_for(lambda: Execution.objects.get(sequence=execution.sequence).status == Status.FAILED, timeout=10)
+
+
+def test_a_stream_of_trigger_wake_ups_starts_at_most_one_tick_per_gather_interval(
+    running, runner_statements, settings
+):
+    redis = pytest.importorskip("redis")
+    url = "redis://127.0.0.1:6379/14"
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.RedisError:
+        pytest.skip("Redis is not reachable")
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "REDIS_URL": url}
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    running(tick_interval=30)
+    scheduler.trigger("report", wait=10)  # run at once: the listener is subscribed
+    before, start = len(runner_statements), time.monotonic()
+    while time.monotonic() - start < 0.5:
+        wakeup.notify()
+        time.sleep(0.002)  # a producer's pace, not a synchronisation
+    elapsed = time.monotonic() - start
+    # Each tick here is one probe: ~200 wake-ups, at most one tick per TRIGGER_GATHER.
+    assert len(runner_statements) - before <= elapsed / TRIGGER_GATHER + 5
