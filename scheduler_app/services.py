@@ -19,7 +19,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduler_app import claims, cron, definitions, journal, logs, wakeup
+from scheduler_app import claims, cron, definitions, journal, logs, triggering, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import (
     Conflict,
@@ -280,32 +280,34 @@ class Scheduler:
             raise InvalidDefinition("The trigger is invalid.", errors=errors)
         digest = payload_hash(params)
         occurrence_id = manual_occurrence_id(task_id, idempotency_key)
+        reason = f"triggered by {source}" if source else "triggered"
         with storage_errors():
-            found = Task.objects.filter(id=task_id).values_list("revision", "params", "retry_max_attempts")[
-                :1
-            ]
-            if not found:
-                raise TaskNotFound()
-            ((revision, task_params, max_attempts),) = found
             now = timezone.now()
             execution = Execution(
                 occurrence_id=occurrence_id,
                 task_id=task_id,
-                task_revision=revision,
                 trigger_type=TriggerType.MANUAL,
                 trigger_source=source or "",
                 idempotency_key=idempotency_key,
                 payload_hash=digest,
                 due_at=now,
-                params={**task_params, **(params or {})},
-                max_attempts=max_attempts,
                 created_at=now,
                 updated_at=now,
             )
+            if triggering.supported() and triggering.insert_manual(execution, params or {}, reason, now):
+                wakeup.notify()
+                return execution, True
+            # Elsewhere, and on PostgreSQL when the task is missing or the key was used.
+            found = Task.objects.filter(id=task_id).values_list("revision", "params", "retry_max_attempts")[
+                :1
+            ]
+            if not found:
+                raise TaskNotFound()
+            ((execution.task_revision, task_params, execution.max_attempts),) = found
+            execution.params = {**task_params, **(params or {})}
             try:
                 with transaction.atomic():
                     execution.save(force_insert=True)
-                    reason = f"triggered by {source}" if source else "triggered"
                     journal.append([journal.event(execution.sequence, now, "", Status.PENDING, reason)])
             except IntegrityError:
                 existing = Execution.objects.filter(occurrence_id=occurrence_id).first()

@@ -93,3 +93,42 @@ def test_get_logs_filters_and_paginates(clock):
 def test_get_logs_refuses_bad_filters(kwargs):
     with pytest.raises(InvalidDefinition):
         scheduler.get_logs(**kwargs)
+
+
+def stored(execution: Execution) -> tuple[dict, list]:
+    row = Execution.objects.filter(sequence=execution.sequence).values().get()
+    for name in ("sequence", "occurrence_id", "idempotency_key", "due_at", "created_at", "updated_at"):
+        row.pop(name)
+    events = list(
+        ExecutionEvent.objects.filter(execution_id=execution.sequence).values_list(
+            "from_status", "to_status", "reason", "node", "attempt", "result", "error"
+        )
+    )
+    return row, events
+
+
+def test_a_trigger_on_postgresql_is_one_statement_that_writes_what_the_orm_path_writes(monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduler_app import triggering
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement trigger is PostgreSQL's")
+    scheduler.register(definition(params={"a": 1, "b": {"x": 1}}, retry={"max_attempts": 3, "backoff": [5]}))
+    scheduler.update_task("report", name="Renamed")  # revision 2
+    with CaptureQueriesContext(connection) as queries:
+        fast = scheduler.trigger("report", source="ops", idempotency_key="k1", params={"b": 2, "c": [1]})
+    assert len(queries) == 1
+    monkeypatch.setattr(triggering, "supported", lambda: False)
+    slow = scheduler.trigger("report", source="ops", idempotency_key="k2", params={"b": 2, "c": [1]})
+    assert stored(fast) == stored(slow)
+    assert (fast.params, fast.task_revision, fast.max_attempts) == ({"a": 1, "b": 2, "c": [1]}, 2, 3)
+    assert Execution.objects.get(sequence=fast.sequence).params == fast.params
+    monkeypatch.undo()
+    again = scheduler.trigger("report", source="ops", idempotency_key="k1", params={"b": 2, "c": [1]})
+    assert again.sequence == fast.sequence
+    with pytest.raises(Conflict):
+        scheduler.trigger("report", idempotency_key="k1", params={"b": 3})
+    with pytest.raises(TaskNotFound):
+        scheduler.trigger("missing")
