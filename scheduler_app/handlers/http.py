@@ -18,6 +18,7 @@ from requests.exceptions import InvalidHeader
 from requests.utils import check_header_validity, default_headers, get_auth_from_url
 
 from scheduler_app.conf import scheduler_settings
+from scheduler_app.definitions import short_text
 from scheduler_app.events import ExecutionContext, TaskEvent
 from scheduler_app.handlers.base import Handler, HandlerError
 from scheduler_app.handlers.http_network import AddressRefused, NetworkPolicy
@@ -59,7 +60,7 @@ class HttpHandler(Handler):
         errors: dict[str, list[str]] = {}
         unknown = sorted(str(key) for key in config if key not in KEYS)
         if unknown:
-            errors[""] = [f"Unknown keys: {', '.join(_short(key) for key in unknown)}."]
+            errors[""] = [f"Unknown keys: {', '.join(short_text(key) for key in unknown)}."]
         url_errors = _url_errors(config["url"]) if "url" in config else ["This field is required."]
         if url_errors:
             errors["url"] = url_errors
@@ -335,7 +336,7 @@ def _header_errors(headers: Any) -> list[str]:
         return ["Must be an object mapping header names to string values."]
     errors: list[str] = []
     for name, value in headers.items():
-        label = _short(name)
+        label = short_text(name)
         if not isinstance(name, str) or not HEADER_NAME.match(name):
             errors.append(f"{label} is not a valid header name.")
             continue
@@ -376,8 +377,3 @@ def _decode(body: bytes, encoding: str | None) -> str:
 
 def _refuse(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
