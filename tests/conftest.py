@@ -50,3 +50,14 @@ def running():
         runner.shutdown()
         thread.join(15)
     connections.close_all()
+
+
+@pytest.fixture
+def runners(tmp_path):
+    """Faulty runner processes for one test (tests/faults.py); whatever is left is killed at teardown."""
+    from tests.faults import Runners
+
+    group = Runners(tmp_path)
+    yield group
+    for process in group.started:
+        process.kill()

@@ -50,12 +50,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tests.processes import ROOT, RunnerProcess
+from tests.processes import starts as side_effect_starts
 
 ENTRY = "import tests.faults as faults; faults.main()"
 POLL = 0.02
@@ -529,3 +531,41 @@ class ThrowawayPostgres:
 def _version_key(path: str) -> tuple[int, ...]:
     version = Path(path).parent.parent.name
     return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
+class Runners:
+    """Starts faulty runners; kills whatever is left at teardown."""
+
+    def __init__(self, root: Path) -> None:
+        self.effects = root / "effects"
+        self.fault_dir = root / "faults"
+        self.effects.mkdir()
+        self.fault_dir.mkdir()
+        self.started: list[FaultyRunner] = []
+
+    def start(self, node_id: str, *args: str, fault: str = "", lease: float = 2, **env: str) -> FaultyRunner:
+        process = FaultyRunner(
+            self.effects,
+            self.fault_dir,
+            node_id,
+            "--tick-interval",
+            "0.2",
+            *args,
+            fault=fault,
+            lease=lease,
+            **env,
+        )
+        self.started.append(process)
+        return process
+
+    def starts(self) -> Counter[str]:
+        return side_effect_starts(self.effects)
+
+    def ticks(self, occurrence_id: Any) -> list[tuple[str, float]]:
+        return ticks(self.effects, occurrence_id)
+
+    def reached(self, name: str) -> str | None:
+        return reached(self.fault_dir, name)
+
+    def release(self, name: str) -> None:
+        release(self.fault_dir, name)

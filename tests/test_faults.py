@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -17,7 +16,7 @@ from django.db import connection
 from scheduler_app import scheduler
 from scheduler_app.models import Execution, ExecutionLog, LogPersistence, Runner, Status
 from tests.factories import definition
-from tests.faults import (
+from tests.faults import (  # noqa: F401 - runners is a fixture
     BrokenRedis,
     FaultyRunner,
     kill_other_connections,
@@ -25,7 +24,6 @@ from tests.faults import (
     reached,
     release,
 )
-from tests.processes import starts
 from tests.waiting import wait_for
 
 pytestmark = [
@@ -35,41 +33,6 @@ pytestmark = [
 ]
 
 NEVER = "0 0 1 1 *"
-
-
-class Runners:
-    """Starts faulty runners on the test database; kills whatever is left at teardown."""
-
-    def __init__(self, root: Path) -> None:
-        self.effects = root / "effects"
-        self.fault_dir = root / "faults"
-        self.effects.mkdir()
-        self.fault_dir.mkdir()
-        self.started: list[FaultyRunner] = []
-
-    def start(self, node_id: str, *args: str, fault: str = "", **env: str) -> FaultyRunner:
-        process = FaultyRunner(
-            self.effects, self.fault_dir, node_id, "--tick-interval", "0.2", *args, fault=fault, **env
-        )
-        self.started.append(process)
-        return process
-
-    def starts(self) -> Counter[str]:
-        return starts(self.effects)
-
-    def reached(self, name: str) -> str | None:
-        return reached(self.fault_dir, name)
-
-    def release(self, name: str) -> None:
-        release(self.fault_dir, name)
-
-
-@pytest.fixture
-def runners(tmp_path):
-    group = Runners(tmp_path)
-    yield group
-    for process in group.started:
-        process.kill()
 
 
 def execution_of(occurrence_id) -> Execution:

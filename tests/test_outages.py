@@ -17,7 +17,6 @@ import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from scheduler_app.exceptions import Conflict
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Runner, Status, Task
 from tests import hooks
 from tests.factories import T0, definition, inline_runner
-from tests.faults import (
+from tests.faults import (  # noqa: F401 - runners is a fixture
     FaultyRunner,
     ThrowawayPostgres,
     kill_backend,
@@ -49,52 +48,6 @@ needs_server = pytest.mark.skipif(
 NEVER = "0 0 1 1 *"
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 MISFIRE = re.compile(r"misfire: missed (\d+) fire times? between (\S+)Z and (\S+)Z")
-
-
-class Runners:
-    """Starts faulty runners; kills whatever is left at teardown."""
-
-    def __init__(self, root: Path) -> None:
-        self.effects = root / "effects"
-        self.fault_dir = root / "faults"
-        self.effects.mkdir()
-        self.fault_dir.mkdir()
-        self.started: list[FaultyRunner] = []
-
-    def start(self, node_id: str, *args: str, fault: str = "", lease: float = 2, **env: str) -> FaultyRunner:
-        process = FaultyRunner(
-            self.effects,
-            self.fault_dir,
-            node_id,
-            "--tick-interval",
-            "0.2",
-            *args,
-            fault=fault,
-            lease=lease,
-            **env,
-        )
-        self.started.append(process)
-        return process
-
-    def starts(self) -> Counter[str]:
-        return starts(self.effects)
-
-    def ticks(self, occurrence_id: Any) -> list[tuple[str, float]]:
-        return ticks(self.effects, occurrence_id)
-
-    def reached(self, name: str) -> str | None:
-        return reached(self.fault_dir, name)
-
-    def release(self, name: str) -> None:
-        release(self.fault_dir, name)
-
-
-@pytest.fixture
-def runners(tmp_path):
-    group = Runners(tmp_path)
-    yield group
-    for process in group.started:
-        process.kill()
 
 
 def execution_of(occurrence_id: Any) -> Execution:
