@@ -13,9 +13,8 @@ from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, transaction
-from django.db.models import Q
 
-from scheduler_app import __version__, claims, db, logs, scheduling, wakeup
+from scheduler_app import __version__, claims, db, journal, logs, scheduling, wakeup
 from scheduler_app.attempt import Attempt, run_attempt
 from scheduler_app.clock import Clock, DatabaseClock
 from scheduler_app.conf import scheduler_settings
@@ -357,17 +356,13 @@ class Runner:
             RunnerRecord.objects.filter(node_id=self.node_id).update(last_seen_at=now)
             if not attempts:
                 return
-            owned = Q()
-            for attempt in attempts:
-                owned |= Q(sequence=attempt.claim.execution.sequence, execution_token=attempt.claim.token)
+            tokens = {attempt.claim.execution.sequence: attempt.claim.token for attempt in attempts}
             with transaction.atomic():
-                # Locked in sequence order, as the journal writer locks them: no deadlock between the two.
-                rows = (
-                    Execution.objects.select_for_update()
-                    .filter(owned, status__in=LEASED)
-                    .order_by("sequence")
-                )
-                state = dict(rows.values_list("sequence", "stop_requested"))
+                state = {
+                    sequence: stop
+                    for sequence, (token, status, stop) in journal.lock_rows(tokens).items()
+                    if token == tokens[sequence] and status in LEASED
+                }
                 lease_until = now + timedelta(seconds=self.lease_seconds)
                 Execution.objects.filter(sequence__in=list(state)).update(lease_expires_at=lease_until)
         except DATABASE_ERRORS:

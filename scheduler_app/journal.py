@@ -60,6 +60,18 @@ def append(events: Iterable[ExecutionEvent]) -> None:
             )
 
 
+def lock_rows(sequences: Iterable[int]) -> dict[int, tuple[str, str, bool]]:
+    """Lock executions in sequence order (so two such transactions never wait on each other in a
+    cycle) and read what fencing needs: sequence -> (token, status, stop requested)."""
+    locked = (
+        Execution.objects.select_for_update()
+        .filter(sequence__in=list(sequences))
+        .order_by("sequence")
+        .values_list("sequence", "execution_token", "status", "stop_requested")
+    )
+    return {sequence: (token, status, stop) for sequence, token, status, stop in locked}
+
+
 def transition(
     sequence: int,
     from_status: str,

@@ -131,14 +131,7 @@ class JournalWriter:
 def write_batch(batch: list[_Request], node: str, now: datetime) -> list[tuple[Any, ...]]:
     """Write a batch in one transaction, every move at ``now``; each request's answer, in order."""
     with transaction.atomic():
-        # Locked in one order, so two transactions over the same rows never wait on each other in a cycle.
-        locked = (
-            Execution.objects.select_for_update()
-            .filter(sequence__in=[r.attempt.claim.execution.sequence for r in batch])
-            .order_by("sequence")
-            .values_list("sequence", "execution_token", "status", "stop_requested")
-        )
-        current = {sequence: (token, status, stop) for sequence, token, status, stop in locked}
+        current = journal.lock_rows(r.attempt.claim.execution.sequence for r in batch)
 
         def owned(request: _Request) -> bool:
             claim = request.attempt.claim
