@@ -122,18 +122,8 @@ def test_a_batch_refuses_what_it_no_longer_owns_and_does_not_start_stopped_rows(
     )
 
 
-def test_the_writer_thread_answers_concurrent_workers_and_falls_back_when_a_batch_fails(clock, monkeypatch):
+def test_the_writer_thread_answers_concurrent_workers(clock):
     attempts = claimed(clock, "report", 8)
-    failures = []
-    real = writer.write_batch
-
-    def fail_first(batch, node, now):
-        if not failures:
-            failures.append(len(batch))
-            raise OperationalError("server closed the connection unexpectedly")
-        return real(batch, node, now)
-
-    monkeypatch.setattr(writer, "write_batch", fail_first)
     journal_writer = writer.JournalWriter("node-a", clock)
     gate = threading.Barrier(len(attempts))
     answers: dict[int, bool] = {}
@@ -151,6 +141,25 @@ def test_the_writer_thread_answers_concurrent_workers_and_falls_back_when_a_batc
         thread.join(30)
     journal_writer.stop(10)
     assert sorted(answers.values()) == [True] * len(attempts)
+    assert Execution.objects.filter(status=Status.RUNNING).count() == len(attempts)
+    assert ExecutionEvent.objects.filter(to_status=Status.RUNNING).count() == len(attempts)
+
+
+def test_a_batch_that_fails_is_written_one_request_at_a_time(clock, monkeypatch):
+    attempts = claimed(clock, "report", 8)
+    failures = []
+
+    def fail(batch, node, now):
+        failures.append(len(batch))
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(writer, "write_batch", fail)
+    journal_writer = writer.JournalWriter("node-a", clock)
+    batch = [writer._Request(a) for a in attempts]
+    journal_writer._write(batch)  # as the writer thread does with what it dequeued together
+    journal_writer.stop(10)
+    assert failures == [len(attempts)]
+    assert [request.answer.result()[0] for request in batch] == [True] * len(attempts)
     assert Execution.objects.filter(status=Status.RUNNING).count() == len(attempts)
     assert ExecutionEvent.objects.filter(to_status=Status.RUNNING).count() == len(attempts)
 
