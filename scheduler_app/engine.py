@@ -190,7 +190,7 @@ class Runner:
                     if woken and self._listener is not None and self._listener.heard.is_set():
                         self._listener.heard.clear()
                         # A stream of triggers starts at most one tick per TRIGGER_GATHER, so
-                        # those that arrive meanwhile share one claim; a lone trigger waits not.
+                        # those that arrive meanwhile share one claim; a lone trigger does not wait.
                         self._stopping.wait(TRIGGER_GATHER - (time.monotonic() - self._tick_started))
         finally:
             self.stop()
@@ -299,6 +299,7 @@ class Runner:
             self._write_log(item.execution, item.task_name, item.log_status)
         for claim in claimed:
             attempt = Attempt(claim, writer=self._writer)
+            assert claim.execution.lease_expires_at is not None
             attempt.lease_deadline = self._local(claim.execution.lease_expires_at)
             with self._lock:
                 self.in_flight[claim.execution.sequence] = attempt
@@ -308,7 +309,7 @@ class Runner:
                 self._pool.submit(attempt)
         return len(claimed)
 
-    def _local(self, instant: datetime | None) -> float:
+    def _local(self, instant: datetime) -> float:
         """The monotonic time at which the database reaches ``instant``, never later than it does.
 
         The database read its clock after the probe was sent, so counting from the send
@@ -316,7 +317,6 @@ class Runner:
         clock no later than in the database.
         """
         sent, database_now = self._anchor
-        assert instant is not None
         return sent + (instant - database_now).total_seconds()
 
     def _fence_margin(self) -> float:
