@@ -187,6 +187,37 @@ def bench_database(
         _drop(backend, name)
 
 
+def seed_history(task_id: str, n: int) -> None:
+    """``n`` finished executions of ``task_id``: the journal of a deployment that has been running."""
+    import uuid
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler_app.models import Execution, Status, TriggerType
+
+    start = timezone.now() - timedelta(days=1)
+    rows = [
+        Execution(
+            occurrence_id=uuid.uuid4(),
+            task_id=task_id,
+            task_revision=1,
+            trigger_type=TriggerType.MANUAL,
+            trigger_source="history",
+            due_at=start + timedelta(seconds=i),
+            status=Status.SUCCESS,
+            attempt=1,
+            created_at=start + timedelta(seconds=i),
+            started_at=start + timedelta(seconds=i),
+            finished_at=start + timedelta(seconds=i),
+            updated_at=start + timedelta(seconds=i),
+            log_persistence="persisted",
+        )
+        for i in range(n)
+    ]
+    Execution.objects.bulk_create(rows, batch_size=1000)
+
+
 def analyze() -> None:
     """Refresh planner statistics after a bulk insert (PostgreSQL and MySQL)."""
     from django.db import connection

@@ -7,6 +7,12 @@ hook of bench/noop_hook.py: one line `<task id>,<time>,<occurrence id>` per
 execution in a file per runner process; executions and duplicates are counted
 from those lines.
 
+Before the runners start, the journal gets --history finished executions and
+the tables are ANALYZEd: a deployment's database has statistics, and plans
+made on empty tables (scanning, not looking up) would stay cached in the
+runners' prepared statements until autovacuum analyzes the tables, about a
+minute in. --history 0 measures that fresh-install case.
+
 Two passes, each on a fresh database: the task with max_concurrency 32
 (throughput), then with max_concurrency 1 (serial: hand-off latency between
 executions). Reports end-to-end executions per second (triggers / (last side
@@ -22,6 +28,12 @@ Run (from the repository root):
 
     .venv/bin/python bench/w2_manual.py [--triggers 2000] [--runners 2] [--workers 16]
                                         [--redis-url redis://127.0.0.1:6379/0 | --redis-url ""]
+                                        [--history 10000] [--prepare-threshold 5 | none]
+
+--prepare-threshold sets psycopg's prepare_threshold in the database OPTIONS of
+the producer and the runners (5 by default here; Django's default is none,
+which keeps transaction-mode poolers working): with it PostgreSQL keeps the
+plans of the fixed statements instead of planning each call.
 
 Writes bench/results/w2_manual.json.
 """
@@ -29,6 +41,7 @@ Writes bench/results/w2_manual.json.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from collections import Counter
@@ -37,11 +50,13 @@ from typing import Any
 
 from _common import (
     Processes,
+    analyze,
     bench_database,
     per_execution,
     pg_stat_statements_ready,
     pg_work,
     private_postgres,
+    seed_history,
     summary,
     wait_until,
     write_results,
@@ -63,6 +78,9 @@ def one_pass(args: argparse.Namespace, concurrency: int, triggers: int) -> dict[
         from scheduler_app.models import Execution, Runner
 
         scheduler.register({"id": TASK, "name": "No-op", "cron": "0 0 1 1 *", "max_concurrency": concurrency})
+        if args.history:
+            seed_history(TASK, args.history)
+            analyze()
         env = {"BENCH_SIDE_EFFECTS": folder}
         runners = [
             procs.start_runner(db, f"w2-{i}", "--workers", str(args.workers), env=env)
@@ -132,12 +150,22 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--shared-pg", action="store_true")
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=10000,
+        help="finished executions in the journal before the run (ANALYZEd)",
+    )
     parser.add_argument("--only", choices=["32", "1"])
     args = parser.parse_args()
+    if args.prepare_threshold != "none":
+        os.environ["BENCH_PREPARE_THRESHOLD"] = str(int(args.prepare_threshold))
     results: dict[str, Any] = {
         "runners": args.runners,
         "workers": args.workers,
         "redis": bool(args.redis_url),
+        "history": args.history,
+        "prepare_threshold": args.prepare_threshold,
     }
     with ExitStack() as stack:
         if not args.shared_pg:

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import CharField, F, OuterRef, Subquery, Value
 from django.db.models.functions import Cast, Concat
 
-from scheduler_app import cron, journal
+from scheduler_app import cron, db, journal, pg_claims
 from scheduler_app.models import (
     Execution,
     ExecutionEvent,
@@ -70,25 +70,35 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
     """Claim up to ``limit`` due executions, respecting each task's max_concurrency."""
     if limit <= 0:
         return [], []
-    claims: list[Claim] = []
     ended: list[Ended] = []
     lease_until = now + timedelta(seconds=lease_seconds)
+    fast = db.server_binding()
     with transaction.atomic():
-        candidates = list(
-            Execution.objects.select_for_update(skip_locked=True)
-            .due(now)
-            .exclude(task_id__in=_saturated_task_ids())
-            .order_by("due_at", "sequence")[: limit * OVERFETCH]
-        )
+        if fast:
+            candidates = pg_claims.candidates(now, limit * OVERFETCH)
+        else:
+            candidates = list(
+                Execution.objects.select_for_update(skip_locked=True)
+                .due(now)
+                .exclude(task_id__in=_saturated_task_ids())
+                .order_by("due_at", "sequence")[: limit * OVERFETCH]
+            )
         if not candidates:
             return [], []
         task_ids = {row.task_id for row in candidates}
-        tasks = {
-            task.id: task for task in Task.objects.select_for_update(skip_locked=True).filter(id__in=task_ids)
-        }
+        if fast:
+            tasks = pg_claims.lock_tasks(task_ids)
+        else:
+            tasks = {
+                task.id: task
+                for task in Task.objects.select_for_update(skip_locked=True).filter(id__in=task_ids)
+            }
         existing = set(Task.objects.filter(id__in=task_ids - set(tasks)).values_list("id", flat=True))
         # Counted again under the task locks: the hint above may be stale by now.
-        busy = Execution.objects.filter(task_id__in=list(tasks)).occupying().count_by_task()
+        if fast:
+            busy = pg_claims.busy(tasks)
+        else:
+            busy = Execution.objects.filter(task_id__in=list(tasks)).occupying().count_by_task()
         free = {task.id: task.max_concurrency - busy.get(task.id, 0) for task in tasks.values()}
         events: list[ExecutionEvent] = []
         chosen: list[tuple[Execution, Task]] = []
@@ -107,8 +117,12 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
             if free[task.id] > 0:
                 free[task.id] -= 1
                 chosen.append((row, task))
-        for row, task in _take(chosen, now, node, lease_until):
-            events.append(
+        if fast:
+            # The claim events go with the UPDATE, in the same statement.
+            taken = pg_claims.take(chosen, now, node, lease_until) if chosen else []
+        else:
+            taken = _take(chosen, now, node, lease_until)
+            events += [
                 journal.event(
                     row.sequence,
                     now,
@@ -118,8 +132,9 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
                     node=node,
                     attempt=row.attempt,
                 )
-            )
-            claims.append(Claim(row, task, row.execution_token))
+                for row, _ in taken
+            ]
+        claims = [Claim(row, task, row.execution_token) for row, task in taken]
         journal.append(events)
     return claims, ended
 

@@ -19,7 +19,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduler_app import claims, cron, definitions, journal, logs, triggering, wakeup
+from scheduler_app import claims, cron, db, definitions, journal, logs, triggering, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import (
     Conflict,
@@ -262,7 +262,7 @@ class Scheduler:
             errors["wait"] = ["Must be a number of seconds from 0 to 3600."]
         if errors:
             raise InvalidDefinition("The trigger is invalid.", errors=errors)
-        execution, _ = self.get_or_trigger(task_id, source, idempotency_key, params)
+        execution, _ = self._create(task_id, source, idempotency_key, params)
         if wait:
             execution = self._wait(execution, wait)
         return execution
@@ -278,6 +278,11 @@ class Scheduler:
         errors = _trigger_errors(source, idempotency_key, params)
         if errors:
             raise InvalidDefinition("The trigger is invalid.", errors=errors)
+        return self._create(task_id, source, idempotency_key, params)
+
+    def _create(
+        self, task_id: str, source: str | None, idempotency_key: str | None, params: dict[str, Any] | None
+    ) -> tuple[Execution, bool]:
         digest = payload_hash(params)
         occurrence_id = manual_occurrence_id(task_id, idempotency_key)
         reason = f"triggered by {source}" if source else "triggered"
@@ -294,7 +299,7 @@ class Scheduler:
                 created_at=now,
                 updated_at=now,
             )
-            if triggering.supported() and triggering.insert_manual(execution, params or {}, reason, now):
+            if db.server_binding() and triggering.insert_manual(execution, params or {}, reason, now):
                 wakeup.notify()
                 return execution, True
             # Elsewhere, and on PostgreSQL when the task is missing or the key was used.

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from django.db import connections, router
+from django.db.models import Field
 
+from scheduler_app import db
 from scheduler_app.models import Execution, ExecutionEvent, Status, Task
 
 FROM_TASK = {
@@ -26,27 +29,12 @@ FROM_TASK = {
 RETURNED = ("sequence", "task_revision", "params", "max_attempts")
 
 
-def supported() -> bool:
-    return connections[router.db_for_write(Execution)].vendor == "postgresql"
-
-
-def insert_manual(execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime) -> bool:
-    """Insert ``execution`` (its task columns filled from the task row) and its creation event.
-
-    True and ``execution`` completed when inserted; False when nothing was written.
-    """
-    connection = connections[router.db_for_write(Execution)]
-    quote = connection.ops.quote_name
+@cache
+def _statement() -> tuple[str, list[Field[Any, Any]], list[Field[Any, Any]]]:
+    """The statement, the execution fields it takes from the caller and the event fields after the first."""
+    quote = connections[router.db_for_write(Execution)].ops.quote_name
     fields = [f for f in Execution._meta.concrete_fields if not f.primary_key]
     event_fields = [f for f in ExecutionEvent._meta.concrete_fields if not f.primary_key]
-    event = ExecutionEvent(at=now, from_status="", to_status=Status.PENDING, reason=reason[:500])
-    values: list[Any] = [execution.task_id]
-    for f in fields:
-        if f.attname == "params":
-            values.append(f.get_db_prep_save(caller_params, connection))
-        elif f.attname not in FROM_TASK:
-            values.append(f.get_db_prep_save(getattr(execution, f.attname), connection))
-    values += [f.get_db_prep_save(getattr(event, f.attname), connection) for f in event_fields[1:]]
     assert event_fields[0].attname == "execution_id"
     sql = (
         f"WITH t AS (SELECT revision, params, retry_max_attempts FROM {quote(Task._meta.db_table)} WHERE id = %s),"
@@ -59,7 +47,23 @@ def insert_manual(execution: Execution, caller_params: dict[str, Any], reason: s
         f" SELECT e.sequence, {', '.join(['%s'] * (len(event_fields) - 1))} FROM e)"
         f" SELECT {', '.join(RETURNED)} FROM e"
     )
-    with connection.cursor() as cursor:
+    return sql, [f for f in fields if f.attname not in FROM_TASK or f.attname == "params"], event_fields[1:]
+
+
+def insert_manual(execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime) -> bool:
+    """Insert ``execution`` (its task columns filled from the task row) and its creation event.
+
+    True and ``execution`` completed when inserted; False when nothing was written.
+    """
+    connection = connections[router.db_for_write(Execution)]
+    sql, fields, event_fields = _statement()
+    event = ExecutionEvent(at=now, from_status="", to_status=Status.PENDING, reason=reason[:500])
+    values: list[Any] = [execution.task_id]
+    for f in fields:
+        value = caller_params if f.attname == "params" else getattr(execution, f.attname)
+        values.append(db.bind(f, value, connection))
+    values += [db.bind(f, getattr(event, f.attname), connection) for f in event_fields]
+    with db.bound_cursor(connection) as cursor:
         cursor.execute(sql, values)
         row = cursor.fetchone()
     if row is None:

@@ -6,8 +6,11 @@ work at their next tick.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
+import time
 from typing import Any
 
 from scheduler_app.conf import scheduler_settings
@@ -39,8 +42,59 @@ def _publisher() -> Any:
         return _publishers[url]
 
 
+# After a wake-up, the next waits this long: a stream of triggers sends a few hundred a second
+# at most, and each runner reads that many messages instead of one per trigger.
+SPACING = 0.002
+
+
+class _Sender:
+    """Publishes wake-ups from a thread of its own, so a trigger never waits for Redis.
+
+    ``notify`` only raises a flag. The thread clears it before each publish, so a wake-up
+    asked for after a trigger committed goes out after that commit, and every wake-up asked
+    for while one is on its way goes out as one. Started on first use in each process (a
+    forked child starts its own); a wake-up still pending at exit is sent then.
+    """
+
+    def __init__(self) -> None:
+        self.pending = threading.Event()
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def request(self) -> None:
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    self.pending = threading.Event()
+                    threading.Thread(target=self._run, name="scheduler-wake-sender", daemon=True).start()
+                    self._pid = os.getpid()
+        self.pending.set()
+
+    def _run(self) -> None:
+        pending = self.pending
+        while True:
+            pending.wait()
+            pending.clear()
+            _publish()
+            time.sleep(SPACING)
+
+    def flush(self) -> None:
+        if self._pid == os.getpid() and self.pending.is_set():
+            self.pending.clear()
+            _publish()
+
+
+_sender = _Sender()
+atexit.register(_sender.flush)
+
+
 def notify() -> None:
-    """Wake runners; never fails the caller."""
+    """Wake runners soon after this call; never fails or delays the caller."""
+    if scheduler_settings.REDIS_URL:
+        _sender.request()
+
+
+def _publish() -> None:
     if not scheduler_settings.REDIS_URL:
         return
     try:

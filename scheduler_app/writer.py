@@ -24,7 +24,7 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, connections, transaction
 from django.db.models import Case, F, Field, Value, When
 
-from scheduler_app import db, journal, logs
+from scheduler_app import db, journal, logs, pg_batch
 from scheduler_app.attempt import Attempt, Finish, Outcome, plan_finish, record_finish, record_start
 from scheduler_app.clock import Clock
 from scheduler_app.models import Execution, ExecutionEvent, LogPersistence, Status
@@ -95,18 +95,30 @@ class JournalWriter:
 
     def _write(self, batch: list[_Request]) -> None:
         try:
-            if len(batch) > 1:
+            if db.server_binding():
+                # A statement per kind of move; even a lone request saves round trips there.
+                groups = [
+                    [r for r in batch if r.outcome is None],
+                    [r for r in batch if r.outcome is not None],
+                ]
+                write = write_statement
+            else:
+                groups = [batch] if len(batch) > 1 else []
+                write = write_batch
+            for group in groups:
+                if not group:
+                    continue
                 try:
-                    answers = write_batch(batch, self._node, self._clock.now())
+                    answers = write(group, self._node, self._clock.now())
                 except (DatabaseError, InterfaceError):
-                    logger.warning("a batch of %s journal writes failed; writing them one by one", len(batch))
+                    logger.warning("a batch of %s journal writes failed; writing them one by one", len(group))
                     db.drop_broken_connections()
                 else:
-                    for request, answer in zip(batch, answers, strict=True):
+                    for request, answer in zip(group, answers, strict=True):
                         request.answer.set_result(answer)
-                    return
             for request in batch:
-                self._write_one(request)
+                if not request.answer.done():
+                    self._write_one(request)
         except BaseException as exc:  # never leave a worker waiting
             for request in batch:
                 if not request.answer.done():
@@ -198,6 +210,24 @@ def write_batch(batch: list[_Request], node: str, now: datetime) -> list[tuple[A
             answers.append(
                 (plan_finish(request.attempt, now, request.outcome, request.from_status), False, False)
             )
+    return answers
+
+
+def write_statement(batch: list[_Request], node: str, now: datetime) -> list[tuple[Any, ...]]:
+    """PostgreSQL: a batch of starts, or of outcomes, in one statement (``pg_batch``); answers as write_batch's."""
+    if batch[0].outcome is None:
+        started = pg_batch.start([r.attempt for r in batch], node, now)
+        return [(r.attempt.claim.execution.sequence in started, now) for r in batch]
+    finishes = [plan_finish(r.attempt, now, r.outcome, r.from_status) for r in batch if r.outcome is not None]
+    recorded = pg_batch.finish(finishes, node, now)
+    answers: list[tuple[Any, ...]] = []
+    for finish in finishes:
+        execution = finish.attempt.claim.execution
+        if execution.sequence in recorded:
+            answers.append((finish, True, finish.log_with_outcome))
+        else:
+            logger.warning("lease lost for %s; outcome not recorded", execution.occurrence_id)
+            answers.append((finish, False, False))
     return answers
 
 

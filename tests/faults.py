@@ -11,7 +11,8 @@ Faults:
 
 - ``pause_before_start``: the claim is committed (row ``claimed``), the handler has not started.
 - ``pause_after_handler``: the handler returned, its outcome is not written (row ``running``).
-- ``pause_before_finish_update``: inside the finish transaction, before the fenced UPDATE.
+- ``pause_before_finish_update``: inside the finish transaction, before the fenced UPDATE (on
+  PostgreSQL, before the writer's one finish statement, which the fault wraps in a transaction).
 - ``pause_before_finish_commit``: inside the finish transaction, after the UPDATE, before COMMIT.
 - ``poison``: a task whose params hold ``"poison": true`` records its start, then ``os._exit(1)``.
 - ``mysql_wait_timeout=N``: every connection of the runner sets SESSION wait_timeout = N.
@@ -151,6 +152,29 @@ def install() -> None:
             return moved
 
         _patch(journal, "transition", transition)
+
+        # On PostgreSQL the journal writer records outcomes with one statement (pg_batch.finish),
+        # in autocommit. Run here in a transaction of its own, it offers the same two points.
+        from django.db import transaction
+
+        from scheduler_app import pg_batch
+
+        original_finish = pg_batch.finish
+
+        @functools.wraps(original_finish)
+        def finish(finishes: Any, node: str, now: Any) -> Any:
+            first = not paused.is_set()
+            paused.set()
+            sequences = ",".join(str(f.attempt.claim.execution.sequence) for f in finishes)
+            with transaction.atomic():
+                if first and "pause_before_finish_update" in finish_points:
+                    _pause("pause_before_finish_update", sequences)
+                recorded = original_finish(finishes, node, now)
+                if first and "pause_before_finish_commit" in finish_points:
+                    _pause("pause_before_finish_commit", f"{sequences},{bool(recorded)}")
+            return recorded
+
+        _patch(pg_batch, "finish", finish)
 
     if "poison" in faults:
         from tests import hooks

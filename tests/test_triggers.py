@@ -111,7 +111,7 @@ def test_a_trigger_on_postgresql_is_one_statement_that_writes_what_the_orm_path_
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from scheduler_app import triggering
+    from scheduler_app import db
 
     if connection.vendor != "postgresql":
         pytest.skip("the one-statement trigger is PostgreSQL's")
@@ -120,7 +120,7 @@ def test_a_trigger_on_postgresql_is_one_statement_that_writes_what_the_orm_path_
     with CaptureQueriesContext(connection) as queries:
         fast = scheduler.trigger("report", source="ops", idempotency_key="k1", params={"b": 2, "c": [1]})
     assert len(queries) == 1
-    monkeypatch.setattr(triggering, "supported", lambda: False)
+    monkeypatch.setattr(db, "server_binding", lambda alias=None: False)
     slow = scheduler.trigger("report", source="ops", idempotency_key="k2", params={"b": 2, "c": [1]})
     assert stored(fast) == stored(slow)
     assert (fast.params, fast.task_revision, fast.max_attempts) == ({"a": 1, "b": 2, "c": [1]}, 2, 3)

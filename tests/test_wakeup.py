@@ -1,8 +1,12 @@
-"""Redis wake-ups: one kept connection per process, and never an error for the caller."""
+"""Redis wake-ups: sent from a thread of their own, coalesced, on one kept connection, never an error."""
+
+import threading
+import time
 
 import pytest
 
 from scheduler_app import wakeup
+from tests.waiting import wait_for
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
 
@@ -17,16 +21,61 @@ def redis_or_skip():
     return client
 
 
-def test_wake_ups_reuse_one_connection(settings):
+@pytest.fixture
+def wake_ups(settings):
+    """Messages on the wake-up channel, read as they come: ``next(timeout)`` gives one or None."""
     client = redis_or_skip()
     settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "REDIS_URL": REDIS_URL}
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(wakeup.CHANNEL)
+    pubsub.get_message(timeout=1.0)  # the subscription confirmation
+
+    class Reader:
+        redis = client
+
+        def next(self, timeout: float):
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                message = pubsub.get_message(timeout=left)
+                if message is not None:
+                    return message
+            return None
+
+    yield Reader()
+    pubsub.close()
+
+
+def test_each_wake_up_reaches_the_channel_on_one_kept_connection(wake_ups):
     wakeup.notify()
-    before = client.info("stats")["total_connections_received"]
+    assert wake_ups.next(5) is not None
+    before = wake_ups.redis.info("stats")["total_connections_received"]
     for _ in range(20):
         wakeup.notify()
-    assert client.info("stats")["total_connections_received"] == before
+        assert wake_ups.next(5) is not None
+    assert wake_ups.redis.info("stats")["total_connections_received"] == before
+
+
+def test_a_burst_of_wake_ups_goes_out_as_fewer_messages_and_the_next_one_still_arrives(wake_ups):
+    for _ in range(500):
+        wakeup.notify()
+    received = 0
+    while wake_ups.next(0.5) is not None:  # until half a second passes without a message
+        received += 1
+    assert 1 <= received < 500
+    wakeup.notify()
+    assert wake_ups.next(5) is not None
 
 
 def test_a_wake_up_to_an_unreachable_redis_is_silent(settings):
     settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "REDIS_URL": "redis://127.0.0.1:1/0"}
     wakeup.notify()
+    wakeup._sender.flush()  # as at exit: the publish runs here, and fails quietly
+
+
+def test_the_caller_never_publishes_itself(settings, monkeypatch):
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "REDIS_URL": "redis://127.0.0.1:1/0"}
+    publishers = []
+    monkeypatch.setattr(wakeup, "_publish", lambda: publishers.append(threading.get_ident()))
+    wakeup.notify()
+    wait_for(lambda: publishers, timeout=5)
+    assert threading.get_ident() not in publishers

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 from django.db import OperationalError, connections
+from django.db.models import BooleanField, ExpressionWrapper, Q
 
-from scheduler_app import claims, scheduler, writer
+from scheduler_app import claims, db, scheduler, writer
 from scheduler_app.attempt import Attempt, Outcome, plan_finish, record_finish, record_start
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status
 from tests.factories import definition
@@ -37,6 +38,16 @@ OUTCOMES = [
 ]
 
 
+@pytest.fixture(params=["transaction", "statement"])
+def write(request):
+    """Each way to write a batch: the ORM transaction (every backend), one statement (PostgreSQL)."""
+    if request.param == "transaction":
+        return writer.write_batch
+    if not db.server_binding():
+        pytest.skip("one statement per batch is PostgreSQL's")
+    return writer.write_statement
+
+
 def claimed(clock, task_id: str, n: int, **task: Any) -> list[Attempt]:
     scheduler.register(definition(task_id, cron="0 0 1 1 *", max_concurrency=10, **task))
     for i in range(n):
@@ -59,7 +70,20 @@ def state(attempt: Attempt) -> dict[str, Any]:
         "status", "result", "error"
     )
     values["logs"] = list(log)
+    # JSON null and SQL NULL both read back as None: tell them apart.
+    values["sql_nulls"] = [
+        list(model.objects.filter(**match).values_list(sql_null("result"), sql_null("error")))
+        for model, match in (
+            (Execution, {"sequence": row.sequence}),
+            (ExecutionEvent, {"execution_id": row.sequence}),
+            (ExecutionLog, {"occurrence_id": row.occurrence_id}),
+        )
+    ]
     return values
+
+
+def sql_null(column: str) -> Any:
+    return ExpressionWrapper(Q(**{f"{column}__isnull": True}), output_field=BooleanField())
 
 
 def run_singly(attempts: list[Attempt], clock) -> None:
@@ -70,26 +94,24 @@ def run_singly(attempts: list[Attempt], clock) -> None:
         assert record_finish(plan_finish(attempt, clock.now(), outcome, Status.RUNNING), "node-a")[0]
 
 
-def run_batched(attempts: list[Attempt], clock) -> None:
-    answers = writer.write_batch([writer._Request(a) for a in attempts], "node-a", clock.now())
+def run_batched(attempts: list[Attempt], clock, write) -> None:
+    answers = write([writer._Request(a) for a in attempts], "node-a", clock.now())
     assert [started for started, _ in answers] == [True] * len(attempts)
     for attempt in attempts:
         attempt.claim.execution.started_at = clock.now()
     requests = [
         writer._Request(a, outcome, Status.RUNNING) for a, outcome in zip(attempts, OUTCOMES, strict=True)
     ]
-    assert [done for _, done, _ in writer.write_batch(requests, "node-a", clock.now())] == [True] * len(
-        attempts
-    )
+    assert [done for _, done, _ in write(requests, "node-a", clock.now())] == [True] * len(attempts)
 
 
-def test_a_batch_writes_the_same_rows_events_and_logs_as_one_by_one(clock):
+def test_a_batch_writes_the_same_rows_events_and_logs_as_one_by_one(clock, write):
     retry = {"retry": {"max_attempts": 2, "backoff": [30]}}
     single = claimed(clock, "single", 4, **retry)
     batched = claimed(clock, "batched", 4, **retry)
     clock.advance(1)
     run_singly(single, clock)
-    run_batched(batched, clock)
+    run_batched(batched, clock, write)
     assert [state(a) for a in batched] == [state(a) for a in single]
     assert state(batched[0])["events"][-1][4:] == ({"rows": 3}, None)
     assert state(batched[2])["events"][-1][4:] == (None, {"code": "scheduler:023", "message": "boom"})
@@ -101,20 +123,18 @@ def test_a_batch_writes_the_same_rows_events_and_logs_as_one_by_one(clock):
     ]
 
 
-def test_a_batch_refuses_what_it_no_longer_owns_and_does_not_start_stopped_rows(clock):
+def test_a_batch_refuses_what_it_no_longer_owns_and_does_not_start_stopped_rows(clock, write):
     mine, stolen, stopped = claimed(clock, "report", 3)
     Execution.objects.filter(sequence=stolen.claim.execution.sequence).update(execution_token="someone-else")
     scheduler.executions.request_stop(stopped.claim.execution.occurrence_id, by="ops")
-    answers = writer.write_batch([writer._Request(a) for a in (mine, stolen, stopped)], "node-a", clock.now())
+    answers = write([writer._Request(a) for a in (mine, stolen, stopped)], "node-a", clock.now())
     assert [started for started, _ in answers] == [True, False, False]
     statuses = [
         Execution.objects.get(sequence=a.claim.execution.sequence).status for a in (mine, stolen, stopped)
     ]
     assert statuses == [Status.RUNNING, Status.CLAIMED, Status.CLAIMED]
     late = writer._Request(stolen, OUTCOMES[0], Status.CLAIMED)
-    answers = writer.write_batch(
-        [late, writer._Request(mine, OUTCOMES[0], Status.RUNNING)], "node-a", clock.now()
-    )
+    answers = write([late, writer._Request(mine, OUTCOMES[0], Status.RUNNING)], "node-a", clock.now())
     assert [(done, log_written) for _, done, log_written in answers] == [(False, False), (True, True)]
     assert Execution.objects.get(sequence=stolen.claim.execution.sequence).status == Status.CLAIMED
     assert not ExecutionEvent.objects.filter(
@@ -154,6 +174,7 @@ def test_a_batch_that_fails_is_written_one_request_at_a_time(clock, monkeypatch)
         raise OperationalError("server closed the connection unexpectedly")
 
     monkeypatch.setattr(writer, "write_batch", fail)
+    monkeypatch.setattr(writer, "write_statement", fail)
     journal_writer = writer.JournalWriter("node-a", clock)
     batch = [writer._Request(a) for a in attempts]
     journal_writer._write(batch)  # as the writer thread does with what it dequeued together
@@ -164,11 +185,11 @@ def test_a_batch_that_fails_is_written_one_request_at_a_time(clock, monkeypatch)
     assert ExecutionEvent.objects.filter(to_status=Status.RUNNING).count() == len(attempts)
 
 
-def test_a_retry_planned_in_a_batch_is_due_after_its_backoff(clock):
+def test_a_retry_planned_in_a_batch_is_due_after_its_backoff(clock, write):
     (attempt,) = claimed(clock, "report", 1, retry={"max_attempts": 3, "backoff": [45]})
     other = claimed(clock, "other", 1)[0]
-    writer.write_batch([writer._Request(attempt), writer._Request(other)], "node-a", clock.now())
-    writer.write_batch(
+    write([writer._Request(attempt), writer._Request(other)], "node-a", clock.now())
+    write(
         [
             writer._Request(attempt, OUTCOMES[2], Status.RUNNING),
             writer._Request(other, OUTCOMES[0], Status.RUNNING),

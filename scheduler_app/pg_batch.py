@@ -1,0 +1,210 @@
+"""The journal writer's batches on PostgreSQL: all starts, or all outcomes, of a batch in one statement.
+
+The ORM path of ``writer.write_batch`` takes a transaction of six round trips
+or more (BEGIN, the fenced lock, an UPDATE per kind of move, the events, the
+log rows, COMMIT). Here one statement, atomic on its own in autocommit, locks
+the rows in sequence order (as ``journal.lock_rows`` does), keeps those still
+owned (token and status; for a start, no stop requested), moves them, appends
+their events and, where the log row shares the outcome's commit, upserts it.
+The rows travel as one array per column, so the statement's text does not
+depend on the batch and PostgreSQL can keep its plan where the connection
+prepares statements. The values are those the ORM path writes: they come
+from the same ``Finish`` plans and ``journal.event`` rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from django.db import connections, router
+from django.db.models import Field, Model
+
+from scheduler_app import db, journal
+from scheduler_app.attempt import Attempt, Finish
+from scheduler_app.logs import LOG_FIELDS
+from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, LogPersistence, Status
+
+# Every column a Finish may set; a row leaves the ones its plan does not name as they are.
+FINISH_COLUMNS = (
+    "status",
+    "updated_at",
+    "log_persistence",
+    "due_at",
+    "owner",
+    "execution_token",
+    "lease_expires_at",
+    "finished_at",
+    "result",
+    "error",
+)
+EVENT_FIELDS = ("at", "from_status", "to_status", "reason", "node", "attempt", "result", "error")
+
+
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
+def _unnest(alias: str, columns: Sequence[tuple[str, str]]) -> str:
+    """``unnest(%s::type[], ...) AS alias(name, ...)``: one array parameter per (name, type)."""
+    arrays = ", ".join(f"%s::{kind}[]" for _, kind in columns)
+    return f"unnest({arrays}) AS {alias}({', '.join(name for name, _ in columns)})"
+
+
+def _typed(model: type[Model], names: Sequence[str], prefix: str = "") -> list[tuple[str, str]]:
+    connection = connections[router.db_for_write(model)]
+    return [(prefix + name, _field(model, name).cast_db_type(connection) or "text") for name in names]
+
+
+def _prep(model: type[Model], name: str, values: Sequence[Any]) -> list[Any]:
+    connection = connections[router.db_for_write(model)]
+    field = _field(model, name)
+    return [db.bind(field, value, connection) for value in values]
+
+
+@cache
+def _tables() -> tuple[str, str, str]:
+    quote = connections[router.db_for_write(Execution)].ops.quote_name
+    return (
+        quote(Execution._meta.db_table),
+        quote(ExecutionEvent._meta.db_table),
+        quote(ExecutionLog._meta.db_table),
+    )
+
+
+def _owned_rows(status_test: str) -> str:
+    """The CTE ``l``: the rows of ``v`` still owned, locked in the order of ``v`` (by sequence).
+
+    One primary-key lookup per row, whatever the planner believes of the table's size;
+    ``l`` carries ``v``'s columns, so later steps join nothing else.
+    """
+    execution, _, _ = _tables()
+    return (
+        "l AS (SELECT v.* FROM v CROSS JOIN LATERAL"
+        f" (SELECT 1 FROM {execution} e WHERE e.sequence = v.sequence"
+        f" AND e.execution_token = v.token AND {status_test} FOR UPDATE OF e) x)"
+    )
+
+
+def _event_insert(source: str) -> str:
+    _, event, _ = _tables()
+    columns = ", ".join(["execution_id", *EVENT_FIELDS])
+    return f"i AS (INSERT INTO {event} ({columns}) {source})"
+
+
+@cache
+def _start_sql() -> str:
+    execution, _, _ = _tables()
+    batch = _unnest("v", [("sequence", "bigint"), ("token", "text")])
+    return (
+        f"WITH v AS (SELECT * FROM {batch}),"
+        f" {_owned_rows('e.status = %s AND NOT e.stop_requested')},"
+        f" u AS (UPDATE {execution} e SET status = %s, started_at = %s, updated_at = %s"
+        " FROM l WHERE e.sequence = l.sequence RETURNING e.sequence, e.attempt),"
+        f" {_event_insert('SELECT u.sequence, %s, %s, %s, %s, %s, u.attempt, NULL, NULL FROM u')}"
+        " SELECT sequence FROM u"
+    )
+
+
+def start(attempts: Sequence[Attempt], node: str, now: datetime) -> set[int]:
+    """claimed -> running for every attempt still owned and not asked to stop; the sequences moved."""
+    claims = sorted((a.claim for a in attempts), key=lambda c: c.execution.sequence)
+    # The event as journal.event builds it, for the same truncations.
+    event = journal.event(0, now, Status.CLAIMED, Status.RUNNING, "started", node=node)
+    params = [
+        [c.execution.sequence for c in claims],
+        [c.token for c in claims],
+        Status.CLAIMED,
+        Status.RUNNING,
+        now,
+        now,
+        event.at,
+        event.from_status,
+        event.to_status,
+        event.reason,
+        event.node,
+    ]
+    return set(_run(_start_sql(), params))
+
+
+@cache
+def _finish_sql() -> str:
+    execution, _, log = _tables()
+    changes = _typed(Execution, FINISH_COLUMNS, "new_")
+    keeps = [(f"keep_{name}", "boolean") for name in FINISH_COLUMNS]
+    events = _typed(ExecutionEvent, ("reason", "result", "error"), "event_")
+    batch = _unnest(
+        "v", [("sequence", "bigint"), ("token", "text"), ("from_status", "text"), *changes, *keeps, *events]
+    )
+    assignments = ", ".join(
+        f"{name} = CASE WHEN l.keep_{name} THEN e.{name} ELSE l.new_{name} END" for name in FINISH_COLUMNS
+    )
+    log_columns = ["id", *LOG_FIELDS]
+    logs = _unnest("g", [("sequence", "bigint"), *_typed(ExecutionLog, log_columns)])
+    upsert = ", ".join(f"{name} = EXCLUDED.{name}" for name in LOG_FIELDS)
+    events_from_u = "SELECT sequence, %s, from_status, new_status, event_reason, %s, attempt, event_result, event_error FROM u"
+    return (
+        f"WITH v AS (SELECT * FROM {batch}),"
+        f" {_owned_rows('e.status = v.from_status')},"
+        f" u AS (UPDATE {execution} e SET {assignments} FROM l WHERE e.sequence = l.sequence"
+        " RETURNING e.sequence, e.attempt, l.from_status, l.new_status, l.event_reason, l.event_result,"
+        " l.event_error),"
+        f" {_event_insert(events_from_u)},"
+        f" g AS (INSERT INTO {log} ({', '.join(log_columns)})"
+        f" SELECT {', '.join(log_columns)} FROM {logs} WHERE g.sequence IN (SELECT sequence FROM u)"
+        f" ON CONFLICT (id) DO UPDATE SET {upsert})"
+        " SELECT sequence FROM u"
+    )
+
+
+def finish(finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
+    """Record every planned outcome whose row is still owned; the sequences recorded."""
+    if not finishes:
+        return set()
+    finishes = sorted(finishes, key=lambda f: f.attempt.claim.execution.sequence)
+    rows = []
+    for f in finishes:
+        persistence = LogPersistence.PERSISTED if f.log_with_outcome else LogPersistence.PENDING
+        rows.append({**f.fields, "status": f.to_status, "updated_at": f.now, "log_persistence": persistence})
+    events = [
+        journal.event(
+            f.attempt.claim.execution.sequence,
+            now,
+            f.from_status,
+            f.to_status,
+            f.reason,
+            node=node,
+            result=f.outcome.result,
+            error=f.outcome.error,
+        )
+        for f in finishes
+    ]
+    params: list[Any] = [
+        [f.attempt.claim.execution.sequence for f in finishes],
+        [f.attempt.claim.token for f in finishes],
+        [f.from_status for f in finishes],
+    ]
+    params += [_prep(Execution, name, [row.get(name) for row in rows]) for name in FINISH_COLUMNS]
+    params += [[name not in row for row in rows] for name in FINISH_COLUMNS]
+    params += [
+        _prep(ExecutionEvent, name, [getattr(e, name) for e in events])
+        for name in ("reason", "result", "error")
+    ]
+    params += [now, events[0].node]  # the node as journal.event truncates it
+    logged = [f for f in finishes if f.log_with_outcome]
+    params.append([f.attempt.claim.execution.sequence for f in logged])
+    params += [
+        _prep(ExecutionLog, name, [getattr(f.log, name) for f in logged]) for name in ["id", *LOG_FIELDS]
+    ]
+    return set(_run(_finish_sql(), params))
+
+
+def _run(sql: str, params: list[Any]) -> list[int]:
+    connection = connections[router.db_for_write(Execution)]
+    with db.bound_cursor(connection) as cursor:
+        cursor.execute(sql, params)
+        return [sequence for (sequence,) in cursor.fetchall()]

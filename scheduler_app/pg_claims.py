@@ -1,0 +1,143 @@
+"""The claim's statements on PostgreSQL: fixed texts with server-bound parameters.
+
+``claims.claim`` decides which rows to take; these four statements read and
+write for it in its transaction. Built through the ORM, they cost several
+milliseconds of Python per claim, more than the database spends on them, and
+a busy runner claims dozens of times a second. Each does what its ORM
+counterpart in ``claims`` does, and the claim tests run against both.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from datetime import datetime
+from functools import cache
+from typing import Any, TypeVar
+
+from django.db import connections, router
+from django.db.models import Model
+
+from scheduler_app import db, journal
+from scheduler_app.models import OCCUPYING, Execution, ExecutionEvent, Status, Task
+
+M = TypeVar("M", bound=Model)
+
+
+def _connection() -> Any:
+    return connections[router.db_for_write(Execution)]
+
+
+@cache
+def _names() -> dict[str, str]:
+    quote = _connection().ops.quote_name
+    return {
+        "execution": quote(Execution._meta.db_table),
+        "task": quote(Task._meta.db_table),
+        "event": quote(ExecutionEvent._meta.db_table),
+        "execution_columns": ", ".join(f"e.{quote(f.column)}" for f in Execution._meta.concrete_fields),
+        "task_columns": ", ".join(f"t.{quote(f.column)}" for f in Task._meta.concrete_fields),
+    }
+
+
+def _fetch(model: type[M], sql: str, params: list[Any]) -> list[M]:
+    """Model instances from rows of all ``model``'s concrete columns, converted as the ORM would."""
+    connection = _connection()
+    fields = model._meta.concrete_fields
+    converters = [(i, c) for i, f in enumerate(fields) for c in f.get_db_converters(connection)]
+    with db.bound_cursor(connection) as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    names = [f.attname for f in fields]
+    out = []
+    for row in rows:
+        values = list(row)
+        for i, convert in converters:
+            values[i] = convert(values[i], fields[i], connection)
+        out.append(model.from_db(connection.alias, names, values))
+    return out
+
+
+def candidates(now: datetime, limit: int) -> list[Execution]:
+    """Due pending rows not locked by another claim, oldest first, skipping tasks already at their
+    max_concurrency (a hint: ``busy`` counts again under the task locks)."""
+    n = _names()
+    sql = (
+        f"SELECT {n['execution_columns']} FROM {n['execution']} e"
+        " WHERE e.status = %s AND e.due_at <= %s AND e.task_id NOT IN ("
+        f"SELECT o.task_id FROM {n['execution']} o JOIN {n['task']} t ON t.id = o.task_id"
+        " WHERE o.status = ANY(%s) GROUP BY o.task_id, t.max_concurrency HAVING COUNT(*) >= t.max_concurrency)"
+        " ORDER BY e.due_at, e.sequence LIMIT %s FOR UPDATE OF e SKIP LOCKED"
+    )
+    return _fetch(Execution, sql, [Status.PENDING, now, list(OCCUPYING), limit])
+
+
+def lock_tasks(task_ids: Iterable[str]) -> dict[str, Task]:
+    """The tasks no other claim holds, locked until the claim commits."""
+    n = _names()
+    sql = f"SELECT {n['task_columns']} FROM {n['task']} t WHERE t.id = ANY(%s) FOR UPDATE OF t SKIP LOCKED"
+    return {task.id: task for task in _fetch(Task, sql, [list(task_ids)])}
+
+
+def busy(task_ids: Iterable[str]) -> dict[str, int]:
+    """How many executions of each task occupy a slot; a statement of its own, after the task
+    locks, so that it sees every claim committed before them."""
+    n = _names()
+    sql = (
+        f"SELECT t.id, (SELECT COUNT(*) FROM {n['execution']} o WHERE o.task_id = t.id AND o.status = ANY(%s))"
+        " FROM unnest(%s::text[]) AS t(id)"
+    )
+    with db.bound_cursor(_connection()) as cursor:
+        cursor.execute(sql, [list(OCCUPYING), list(task_ids)])
+        return {task_id: n for task_id, n in cursor.fetchall() if n}
+
+
+@cache
+def _take_sql() -> str:
+    n = _names()
+    return (
+        f"WITH u AS (UPDATE {n['execution']} e SET status = %s, owner = %s,"
+        " execution_token = %s || e.sequence::text, lease_expires_at = %s, attempt = e.attempt + 1,"
+        " task_revision = t.revision, updated_at = %s"
+        f" FROM {n['task']} t WHERE e.sequence = ANY(%s) AND e.status = %s AND t.id = e.task_id"
+        " RETURNING e.sequence, e.attempt),"
+        f" i AS (INSERT INTO {n['event']} (execution_id, at, from_status, to_status, reason, node, attempt)"
+        " SELECT sequence, %s, %s, %s, %s, %s, attempt FROM u)"
+        " SELECT sequence FROM u"
+    )
+
+
+def take(
+    chosen: list[tuple[Execution, Task]], now: datetime, node: str, lease_until: datetime
+) -> list[tuple[Execution, Task]]:
+    """pending -> claimed for the chosen rows, each with a fresh token, and their events; as
+    ``claims._take`` and the events ``claims.claim`` appends after it."""
+    nonce = secrets.token_hex(16)
+    event = journal.event(0, now, Status.PENDING, Status.CLAIMED, "claimed", node=node)
+    params = [
+        Status.CLAIMED,
+        node,
+        nonce,
+        lease_until,
+        now,
+        [row.sequence for row, _ in chosen],
+        Status.PENDING,
+        event.at,
+        event.from_status,
+        event.to_status,
+        event.reason,
+        event.node,
+    ]
+    with db.bound_cursor(_connection()) as cursor:
+        cursor.execute(_take_sql(), params)
+        taken = {sequence for (sequence,) in cursor.fetchall()}
+    chosen = [(row, task) for row, task in chosen if row.sequence in taken]
+    for row, task in chosen:
+        row.status, row.owner, row.execution_token = Status.CLAIMED, node, f"{nonce}{row.sequence}"
+        row.lease_expires_at, row.attempt, row.task_revision, row.updated_at = (
+            lease_until,
+            row.attempt + 1,
+            task.revision,
+            now,
+        )
+    return chosen
