@@ -156,6 +156,11 @@ def main() -> None:
         default=10000,
         help="finished executions in the journal before the run (ANALYZEd)",
     )
+    parser.add_argument(
+        "--prepare-threshold",
+        default="5",
+        help="psycopg's prepare_threshold in the database OPTIONS of producer and runners; 'none': Django's default",
+    )
     parser.add_argument("--only", choices=["32", "1"])
     args = parser.parse_args()
     if args.prepare_threshold != "none":
