@@ -14,6 +14,8 @@ from the same ``Finish`` plans and ``journal.event`` rows.
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
@@ -58,12 +60,6 @@ def _unnest(alias: str, columns: Sequence[tuple[str, str]]) -> str:
 def _typed(model: type[Model], names: Sequence[str], prefix: str = "") -> list[tuple[str, str]]:
     connection = connections[router.db_for_write(model)]
     return [(prefix + name, _field(model, name).cast_db_type(connection) or "text") for name in names]
-
-
-def _prep(model: type[Model], name: str, values: Sequence[Any]) -> list[Any]:
-    connection = connections[router.db_for_write(model)]
-    field = _field(model, name)
-    return [db.bind(field, value, connection) for value in values]
 
 
 @cache
@@ -131,26 +127,42 @@ def start(attempts: Sequence[Attempt], node: str, now: datetime) -> set[int]:
     return set(_run(_start_sql(), params))
 
 
+def _records(alias: str, columns: Sequence[tuple[str, str]]) -> str:
+    """``jsonb_to_recordset(%s::jsonb) AS alias(name type, ...)``: rows sent as one JSON array."""
+    return (
+        f"jsonb_to_recordset(%s::jsonb) AS {alias}({', '.join(f'{name} {kind}' for name, kind in columns)})"
+    )
+
+
 @cache
 def _finish_sql() -> str:
     execution, _, log = _tables()
-    changes = _typed(Execution, FINISH_COLUMNS, "new_")
-    keeps = [(f"keep_{name}", "boolean") for name in FINISH_COLUMNS]
-    events = _typed(ExecutionEvent, ("reason", "result", "error"), "event_")
-    batch = _unnest(
-        "v", [("sequence", "bigint"), ("token", "text"), ("from_status", "text"), *changes, *keeps, *events]
+    batch = _records(
+        "v",
+        [
+            ("sequence", "bigint"),
+            ("token", "text"),
+            ("from_status", "text"),
+            ("given", "text[]"),
+            *_typed(Execution, FINISH_COLUMNS, "new_"),
+            *_typed(ExecutionEvent, ("reason", "result", "error"), "event_"),
+        ],
     )
     assignments = ", ".join(
-        f"{name} = CASE WHEN l.keep_{name} THEN e.{name} ELSE l.new_{name} END" for name in FINISH_COLUMNS
+        f"{name} = CASE WHEN '{name}' = ANY(l.given) THEN l.new_{name} ELSE e.{name} END"
+        for name in FINISH_COLUMNS
     )
     log_columns = ["id", *LOG_FIELDS]
-    logs = _unnest("g", [("sequence", "bigint"), *_typed(ExecutionLog, log_columns)])
+    logs = _records("g", [("sequence", "bigint"), *_typed(ExecutionLog, log_columns)])
     upsert = ", ".join(f"{name} = EXCLUDED.{name}" for name in LOG_FIELDS)
     events_from_u = "SELECT sequence, %s, from_status, new_status, event_reason, %s, attempt, event_result, event_error FROM u"
     return (
         f"WITH v AS (SELECT * FROM {batch}),"
         f" {_owned_rows('e.status = v.from_status')},"
-        f" u AS (UPDATE {execution} e SET {assignments} FROM l WHERE e.sequence = l.sequence"
+        # The array of sequences lets the planner see a handful of primary-key lookups, where
+        # it takes a JSON document for a hundred rows (and would scan the table).
+        f" u AS (UPDATE {execution} e SET {assignments} FROM l"
+        " WHERE e.sequence = ANY(%s::bigint[]) AND e.sequence = l.sequence"
         " RETURNING e.sequence, e.attempt, l.from_status, l.new_status, l.event_reason, l.event_result,"
         " l.event_error),"
         f" {_event_insert(events_from_u)},"
@@ -162,45 +174,49 @@ def _finish_sql() -> str:
 
 
 def finish(finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
-    """Record every planned outcome whose row is still owned; the sequences recorded."""
+    """Record every planned outcome whose row is still owned; the sequences recorded.
+
+    The rows go as JSON documents (one for the outcomes, one for the log rows): two
+    parameters whatever the batch, where one array per column cost more Python to send
+    than the statement costs the database. JSON null arrives as SQL NULL, as the ORM writes None.
+    """
     if not finishes:
         return set()
-    finishes = sorted(finishes, key=lambda f: f.attempt.claim.execution.sequence)
-    rows = []
-    for f in finishes:
+    rows, log_rows = [], []
+    for f in sorted(finishes, key=lambda f: f.attempt.claim.execution.sequence):
+        sequence = f.attempt.claim.execution.sequence
         persistence = LogPersistence.PERSISTED if f.log_with_outcome else LogPersistence.PENDING
-        rows.append({**f.fields, "status": f.to_status, "updated_at": f.now, "log_persistence": persistence})
-    events = [
-        journal.event(
-            f.attempt.claim.execution.sequence,
-            now,
-            f.from_status,
-            f.to_status,
-            f.reason,
-            node=node,
-            result=f.outcome.result,
-            error=f.outcome.error,
+        values = {**f.fields, "status": f.to_status, "updated_at": f.now, "log_persistence": persistence}
+        # The event as journal.event builds it, for the same truncations.
+        event = journal.event(sequence, now, f.from_status, f.to_status, f.reason, node=node)
+        rows.append(
+            {
+                "sequence": sequence,
+                "token": f.attempt.claim.token,
+                "from_status": f.from_status,
+                "given": list(values),
+                **{f"new_{name}": value for name, value in values.items()},
+                "event_reason": event.reason,
+                "event_result": f.outcome.result,
+                "event_error": f.outcome.error,
+            }
         )
-        for f in finishes
-    ]
-    params: list[Any] = [
-        [f.attempt.claim.execution.sequence for f in finishes],
-        [f.attempt.claim.token for f in finishes],
-        [f.from_status for f in finishes],
-    ]
-    params += [_prep(Execution, name, [row.get(name) for row in rows]) for name in FINISH_COLUMNS]
-    params += [[name not in row for row in rows] for name in FINISH_COLUMNS]
-    params += [
-        _prep(ExecutionEvent, name, [getattr(e, name) for e in events])
-        for name in ("reason", "result", "error")
-    ]
-    params += [now, events[0].node]  # the node as journal.event truncates it
-    logged = [f for f in finishes if f.log_with_outcome]
-    params.append([f.attempt.claim.execution.sequence for f in logged])
-    params += [
-        _prep(ExecutionLog, name, [getattr(f.log, name) for f in logged]) for name in ["id", *LOG_FIELDS]
-    ]
+        if f.log_with_outcome:
+            log_rows.append(
+                {"sequence": sequence, **{name: getattr(f.log, name) for name in ["id", *LOG_FIELDS]}}
+            )
+    params = [_json(rows), [row["sequence"] for row in rows], now, event.node, _json(log_rows)]
     return set(_run(_finish_sql(), params))
+
+
+def _json(rows: list[dict[str, Any]]) -> str:
+    return json.dumps(rows, default=_json_default, separators=(",", ":"), allow_nan=False)
+
+
+def _json_default(value: Any) -> str:
+    if isinstance(value, (datetime, uuid.UUID)):
+        return value.isoformat() if isinstance(value, datetime) else str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _run(sql: str, params: list[Any]) -> list[int]:
