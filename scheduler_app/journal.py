@@ -10,6 +10,10 @@ from django.db import connections, router, transaction
 
 from scheduler_app.models import Execution, ExecutionEvent
 
+# The lengths of ExecutionEvent.reason and .node: longer texts are cut, never refused.
+REASON_LENGTH = 500
+NODE_LENGTH = 200
+
 
 def event(
     execution_id: int,
@@ -29,8 +33,8 @@ def event(
         at=at,
         from_status=from_status,
         to_status=to_status,
-        reason=reason[:500],
-        node=node[:200],
+        reason=reason[:REASON_LENGTH],
+        node=node[:NODE_LENGTH],
         attempt=attempt,
         result=result,
         error=error,

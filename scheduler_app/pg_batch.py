@@ -6,10 +6,10 @@ log rows, COMMIT). Here one statement, atomic on its own in autocommit, locks
 the rows in sequence order (as ``journal.lock_rows`` does), keeps those still
 owned (token and status; for a start, no stop requested), moves them, appends
 their events and, where the log row shares the outcome's commit, upserts it.
-The rows travel as one array per column, so the statement's text does not
-depend on the batch and PostgreSQL can keep its plan where the connection
-prepares statements. The values are those the ORM path writes: they come
-from the same ``Finish`` plans and ``journal.event`` rows.
+The rows travel as arrays (starts) or as a JSON document (outcomes), so the
+statement's text does not depend on the batch and PostgreSQL can keep its
+plan where the connection prepares statements. The values are those the ORM path writes: they come
+from the same ``Finish`` plans, cut to the lengths ``journal.event`` cuts to.
 """
 
 from __future__ import annotations
@@ -109,8 +109,6 @@ def _start_sql() -> str:
 def start(attempts: Sequence[Attempt], node: str, now: datetime) -> set[int]:
     """claimed -> running for every attempt still owned and not asked to stop; the sequences moved."""
     claims = sorted((a.claim for a in attempts), key=lambda c: c.execution.sequence)
-    # The event as journal.event builds it, for the same truncations.
-    event = journal.event(0, now, Status.CLAIMED, Status.RUNNING, "started", node=node)
     params = [
         [c.execution.sequence for c in claims],
         [c.token for c in claims],
@@ -118,11 +116,11 @@ def start(attempts: Sequence[Attempt], node: str, now: datetime) -> set[int]:
         Status.RUNNING,
         now,
         now,
-        event.at,
-        event.from_status,
-        event.to_status,
-        event.reason,
-        event.node,
+        now,
+        Status.CLAIMED,
+        Status.RUNNING,
+        "started",
+        node[: journal.NODE_LENGTH],
     ]
     return set(_run(_start_sql(), params))
 
@@ -187,8 +185,6 @@ def finish(finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
         sequence = f.attempt.claim.execution.sequence
         persistence = LogPersistence.PERSISTED if f.log_with_outcome else LogPersistence.PENDING
         values = {**f.fields, "status": f.to_status, "updated_at": f.now, "log_persistence": persistence}
-        # The event as journal.event builds it, for the same truncations.
-        event = journal.event(sequence, now, f.from_status, f.to_status, f.reason, node=node)
         rows.append(
             {
                 "sequence": sequence,
@@ -196,7 +192,7 @@ def finish(finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
                 "from_status": f.from_status,
                 "given": list(values),
                 **{f"new_{name}": value for name, value in values.items()},
-                "event_reason": event.reason,
+                "event_reason": f.reason[: journal.REASON_LENGTH],
                 "event_result": f.outcome.result,
                 "event_error": f.outcome.error,
             }
@@ -205,7 +201,13 @@ def finish(finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
             log_rows.append(
                 {"sequence": sequence, **{name: getattr(f.log, name) for name in ["id", *LOG_FIELDS]}}
             )
-    params = [_json(rows), [row["sequence"] for row in rows], now, event.node, _json(log_rows)]
+    params = [
+        _json(rows),
+        [row["sequence"] for row in rows],
+        now,
+        node[: journal.NODE_LENGTH],
+        _json(log_rows),
+    ]
     return set(_run(_finish_sql(), params))
 
 

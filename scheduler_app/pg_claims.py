@@ -113,7 +113,6 @@ def take(
     """pending -> claimed for the chosen rows, each with a fresh token, and their events; as
     ``claims._take`` and the events ``claims.claim`` appends after it."""
     nonce = secrets.token_hex(16)
-    event = journal.event(0, now, Status.PENDING, Status.CLAIMED, "claimed", node=node)
     params = [
         Status.CLAIMED,
         node,
@@ -122,11 +121,11 @@ def take(
         now,
         [row.sequence for row, _ in chosen],
         Status.PENDING,
-        event.at,
-        event.from_status,
-        event.to_status,
-        event.reason,
-        event.node,
+        now,
+        Status.PENDING,
+        Status.CLAIMED,
+        "claimed",
+        node[: journal.NODE_LENGTH],
     ]
     with db.bound_cursor(_connection()) as cursor:
         cursor.execute(_take_sql(), params)
