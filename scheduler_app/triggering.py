@@ -4,8 +4,9 @@ The ORM path takes five round trips (task read, BEGIN, two INSERTs, COMMIT);
 this one statement in autocommit is atomic on its own and takes one. It
 inserts nothing when the task does not exist or the occurrence id or key is
 taken; the caller then takes the ORM path, which tells those cases apart.
-The values are those the ORM path would write: every column comes from an
-unsaved Execution and ExecutionEvent, except the four read from the task row.
+The values are those the ORM path would write: every execution column comes
+from an unsaved Execution, except the four read from the task row, and the
+event's are journal.event's (the fields' defaults where it sets nothing).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from django.db import connections, router
 from django.db.models import Field
 
-from scheduler_app import db
+from scheduler_app import db, journal
 from scheduler_app.models import Execution, ExecutionEvent, Status, Task
 
 FROM_TASK = {
@@ -57,12 +58,20 @@ def insert_manual(execution: Execution, caller_params: dict[str, Any], reason: s
     """
     connection = connections[router.db_for_write(Execution)]
     sql, fields, event_fields = _statement()
-    event = ExecutionEvent(at=now, from_status="", to_status=Status.PENDING, reason=reason[:500])
+    event = {
+        "at": now,
+        "from_status": "",
+        "to_status": Status.PENDING,
+        "reason": reason[: journal.REASON_LENGTH],
+    }
     values: list[Any] = [execution.task_id]
     for f in fields:
         value = caller_params if f.attname == "params" else getattr(execution, f.attname)
         values.append(db.bind(f, value, connection))
-    values += [db.bind(f, getattr(event, f.attname), connection) for f in event_fields]
+    values += [
+        db.bind(f, event[f.attname] if f.attname in event else f.get_default(), connection)
+        for f in event_fields
+    ]
     with db.bound_cursor(connection) as cursor:
         cursor.execute(sql, values)
         row = cursor.fetchone()
