@@ -124,6 +124,20 @@ def bound_cursor(connection: Any) -> Iterator[Any]:
         yield cursor
 
 
+def status_literal(*statuses: str) -> str:
+    """Statuses as SQL text, one literal or a parenthesised list.
+
+    For the fixed statements' conditions on status: the values are constants of the
+    code, and written into the text they let a prepared statement's generic plan know
+    how few rows match, where parameters would hide it (and keep PostgreSQL planning
+    every call).
+    """
+    assert statuses and all(status.isalpha() for status in statuses)
+    if len(statuses) == 1:
+        return f"'{statuses[0]}'"
+    return "(" + ", ".join(f"'{status}'" for status in statuses) + ")"
+
+
 def bind(field: Any, value: Any, connection: Any) -> Any:
     """A model value as a bound parameter: psycopg adapts Python's own types as the ORM's preparation
     would leave them on PostgreSQL; JSON goes through its field (its encoder, and None as SQL NULL)."""

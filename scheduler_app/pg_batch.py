@@ -98,7 +98,7 @@ def _start_sql() -> str:
     batch = _unnest("v", [("sequence", "bigint"), ("token", "text")])
     return (
         f"WITH v AS (SELECT * FROM {batch}),"
-        f" {_owned_rows('e.status = %s AND NOT e.stop_requested')},"
+        f" {_owned_rows(f'e.status = {db.status_literal(Status.CLAIMED)} AND NOT e.stop_requested')},"
         f" u AS (UPDATE {execution} e SET status = %s, started_at = %s, updated_at = %s"
         " FROM l WHERE e.sequence = l.sequence RETURNING e.sequence, e.attempt),"
         f" {_event_insert('SELECT u.sequence, %s, %s, %s, %s, %s, u.attempt, NULL, NULL FROM u')}"
@@ -112,7 +112,6 @@ def start(attempts: Sequence[Attempt], node: str, now: datetime) -> set[int]:
     params = [
         [c.execution.sequence for c in claims],
         [c.token for c in claims],
-        Status.CLAIMED,
         Status.RUNNING,
         now,
         now,

@@ -64,12 +64,13 @@ def candidates(now: datetime, limit: int) -> list[Execution]:
     n = _names()
     sql = (
         f"SELECT {n['execution_columns']} FROM {n['execution']} e"
-        " WHERE e.status = %s AND e.due_at <= %s AND e.task_id NOT IN ("
+        f" WHERE e.status = {db.status_literal(Status.PENDING)} AND e.due_at <= %s AND e.task_id NOT IN ("
         f"SELECT o.task_id FROM {n['execution']} o JOIN {n['task']} t ON t.id = o.task_id"
-        " WHERE o.status = ANY(%s) GROUP BY o.task_id, t.max_concurrency HAVING COUNT(*) >= t.max_concurrency)"
+        f" WHERE o.status IN {db.status_literal(*OCCUPYING)}"
+        " GROUP BY o.task_id, t.max_concurrency HAVING COUNT(*) >= t.max_concurrency)"
         " ORDER BY e.due_at, e.sequence LIMIT %s FOR UPDATE OF e SKIP LOCKED"
     )
-    return _fetch(Execution, sql, [Status.PENDING, now, list(OCCUPYING), limit])
+    return _fetch(Execution, sql, [now, limit])
 
 
 def lock_tasks(task_ids: Iterable[str]) -> dict[str, Task]:
@@ -84,11 +85,12 @@ def busy(task_ids: Iterable[str]) -> dict[str, int]:
     locks, so that it sees every claim committed before them."""
     n = _names()
     sql = (
-        f"SELECT t.id, (SELECT COUNT(*) FROM {n['execution']} o WHERE o.task_id = t.id AND o.status = ANY(%s))"
+        f"SELECT t.id, (SELECT COUNT(*) FROM {n['execution']} o"
+        f" WHERE o.task_id = t.id AND o.status IN {db.status_literal(*OCCUPYING)})"
         " FROM unnest(%s::text[]) AS t(id)"
     )
     with db.bound_cursor(_connection()) as cursor:
-        cursor.execute(sql, [list(OCCUPYING), list(task_ids)])
+        cursor.execute(sql, [list(task_ids)])
         return {task_id: n for task_id, n in cursor.fetchall() if n}
 
 
@@ -99,7 +101,8 @@ def _take_sql() -> str:
         f"WITH u AS (UPDATE {n['execution']} e SET status = %s, owner = %s,"
         " execution_token = %s || e.sequence::text, lease_expires_at = %s, attempt = e.attempt + 1,"
         " task_revision = t.revision, updated_at = %s"
-        f" FROM {n['task']} t WHERE e.sequence = ANY(%s) AND e.status = %s AND t.id = e.task_id"
+        f" FROM {n['task']} t WHERE e.sequence = ANY(%s) AND e.status = {db.status_literal(Status.PENDING)}"
+        " AND t.id = e.task_id"
         " RETURNING e.sequence, e.attempt),"
         f" i AS (INSERT INTO {n['event']} (execution_id, at, from_status, to_status, reason, node, attempt)"
         " SELECT sequence, %s, %s, %s, %s, %s, attempt FROM u)"
@@ -120,7 +123,6 @@ def take(
         lease_until,
         now,
         [row.sequence for row, _ in chosen],
-        Status.PENDING,
         now,
         Status.PENDING,
         Status.CLAIMED,
