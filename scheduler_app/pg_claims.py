@@ -10,7 +10,7 @@ counterpart in ``claims`` does, and the claim tests run against both.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar
@@ -40,22 +40,39 @@ def _names() -> dict[str, str]:
     }
 
 
-def _fetch(model: type[M], sql: str, params: list[Any]) -> list[M]:
-    """Model instances from rows of all ``model``'s concrete columns, converted as the ORM would."""
+def _fetch(model: type[M], sql: str, params: list[Any], names: Sequence[str] | None = None) -> list[M]:
+    """Model instances from rows of ``model``'s columns ``names`` (all by default), in that order,
+    converted as the ORM would; columns left out are deferred."""
     connection = _connection()
-    fields = model._meta.concrete_fields
+    fields = list(model._meta.concrete_fields)
+    if names:
+        by_name = {f.attname: f for f in fields}
+        fields = [by_name[name] for name in names]
     converters = [(i, c) for i, f in enumerate(fields) for c in f.get_db_converters(connection)]
     with db.bound_cursor(connection) as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    names = [f.attname for f in fields]
+    attnames = [f.attname for f in fields]
     out = []
     for row in rows:
         values = list(row)
         for i, convert in converters:
             values[i] = convert(values[i], fields[i], connection)
-        out.append(model.from_db(connection.alias, names, values))
+        out.append(model.from_db(connection.alias, attnames, values))
     return out
+
+
+# What the claim decides with; rows it takes come back whole from the UPDATE. A row it ends
+# without running (interrupt_pending) loads the rest on use.
+CANDIDATE_FIELDS = (
+    "sequence",
+    "occurrence_id",
+    "task_id",
+    "trigger_type",
+    "trigger_source",
+    "scheduled_for",
+    "attempt",
+)
 
 
 def candidates(now: datetime, limit: int) -> list[Execution]:
@@ -63,14 +80,17 @@ def candidates(now: datetime, limit: int) -> list[Execution]:
     max_concurrency (a hint: ``busy`` counts again under the task locks)."""
     n = _names()
     sql = (
-        f"SELECT {n['execution_columns']} FROM {n['execution']} e"
+        f"SELECT {', '.join(f'e.{name}' for name in CANDIDATE_FIELDS)} FROM {n['execution']} e"
         f" WHERE e.status = {db.status_literal(Status.PENDING)} AND e.due_at <= %s AND e.task_id NOT IN ("
         f"SELECT o.task_id FROM {n['execution']} o JOIN {n['task']} t ON t.id = o.task_id"
         f" WHERE o.status IN {db.status_literal(*OCCUPYING)}"
         " GROUP BY o.task_id, t.max_concurrency HAVING COUNT(*) >= t.max_concurrency)"
         " ORDER BY e.due_at, e.sequence LIMIT %s FOR UPDATE OF e SKIP LOCKED"
     )
-    return _fetch(Execution, sql, [now, limit])
+    rows = _fetch(Execution, sql, [now, limit], CANDIDATE_FIELDS)
+    for row in rows:
+        row.status = Status.PENDING
+    return rows
 
 
 def lock_tasks(task_ids: Iterable[str]) -> dict[str, Task]:
@@ -102,11 +122,10 @@ def _take_sql() -> str:
         " execution_token = %s || e.sequence::text, lease_expires_at = %s, attempt = e.attempt + 1,"
         " task_revision = t.revision, updated_at = %s"
         f" FROM {n['task']} t WHERE e.sequence = ANY(%s) AND e.status = {db.status_literal(Status.PENDING)}"
-        " AND t.id = e.task_id"
-        " RETURNING e.sequence, e.attempt),"
+        f" AND t.id = e.task_id RETURNING {n['execution_columns']}),"
         f" i AS (INSERT INTO {n['event']} (execution_id, at, from_status, to_status, reason, node, attempt)"
         " SELECT sequence, %s, %s, %s, %s, %s, attempt FROM u)"
-        " SELECT sequence FROM u"
+        " SELECT * FROM u"
     )
 
 
@@ -114,12 +133,12 @@ def take(
     chosen: list[tuple[Execution, Task]], now: datetime, node: str, lease_until: datetime
 ) -> list[tuple[Execution, Task]]:
     """pending -> claimed for the chosen rows, each with a fresh token, and their events; as
-    ``claims._take`` and the events ``claims.claim`` appends after it."""
-    nonce = secrets.token_hex(16)
+    ``claims._take`` and the events ``claims.claim`` appends after it. The rows taken, whole and
+    as claimed, with their tasks."""
     params = [
         Status.CLAIMED,
         node,
-        nonce,
+        secrets.token_hex(16),
         lease_until,
         now,
         [row.sequence for row, _ in chosen],
@@ -129,16 +148,5 @@ def take(
         "claimed",
         node[: journal.NODE_LENGTH],
     ]
-    with db.bound_cursor(_connection()) as cursor:
-        cursor.execute(_take_sql(), params)
-        taken = {sequence for (sequence,) in cursor.fetchall()}
-    chosen = [(row, task) for row, task in chosen if row.sequence in taken]
-    for row, task in chosen:
-        row.status, row.owner, row.execution_token = Status.CLAIMED, node, f"{nonce}{row.sequence}"
-        row.lease_expires_at, row.attempt, row.task_revision, row.updated_at = (
-            lease_until,
-            row.attempt + 1,
-            task.revision,
-            now,
-        )
-    return chosen
+    taken = {row.sequence: row for row in _fetch(Execution, _take_sql(), params)}
+    return [(taken[row.sequence], task) for row, task in chosen if row.sequence in taken]
