@@ -93,7 +93,11 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
                 task.id: task
                 for task in Task.objects.select_for_update(skip_locked=True).filter(id__in=task_ids)
             }
-        existing = set(Task.objects.filter(id__in=task_ids - set(tasks)).values_list("id", flat=True))
+        # Rows of tasks another claim holds wait; rows of deleted tasks are ended below.
+        unlocked = task_ids - set(tasks)
+        existing = (
+            set(Task.objects.filter(id__in=unlocked).values_list("id", flat=True)) if unlocked else set()
+        )
         # Counted again under the task locks: the hint above may be stale by now.
         if fast:
             busy = pg_claims.busy(tasks)

@@ -42,9 +42,9 @@ def _publisher() -> Any:
         return _publishers[url]
 
 
-# After a wake-up, the next waits this long: a stream of triggers sends a few hundred a second
-# at most, and each runner reads that many messages instead of one per trigger.
-SPACING = 0.002
+# After a wake-up, the next waits this long: a stream of triggers sends at most about 200 a
+# second, and each runner reads that many messages instead of one per trigger.
+SPACING = 0.005
 
 
 class _Sender:
