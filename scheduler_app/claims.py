@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -66,43 +67,73 @@ def _why_not_runnable(execution: Execution, task: Task | None) -> str | None:
     return None
 
 
+def _candidates(now: datetime, limit: int) -> list[Execution]:
+    return list(
+        Execution.objects.select_for_update(skip_locked=True)
+        .due(now)
+        .exclude(task_id__in=_saturated_task_ids())
+        .order_by("due_at", "sequence")[:limit]
+    )
+
+
+def _lock_tasks(task_ids: set[str]) -> dict[str, Task]:
+    return {
+        task.id: task for task in Task.objects.select_for_update(skip_locked=True).filter(id__in=task_ids)
+    }
+
+
+def _busy(task_ids: Iterable[str]) -> dict[str, int]:
+    return Execution.objects.filter(task_id__in=list(task_ids)).occupying().count_by_task()
+
+
+def _take_with_events(
+    chosen: list[tuple[Execution, Task]], now: datetime, node: str, lease_until: datetime
+) -> list[tuple[Execution, Task]]:
+    taken = _take(chosen, now, node, lease_until)
+    journal.append(
+        journal.event(
+            row.sequence, now, Status.PENDING, Status.CLAIMED, "claimed", node=node, attempt=row.attempt
+        )
+        for row, _ in taken
+    )
+    return taken
+
+
+@dataclass(frozen=True)
+class Statements:
+    """The reads and writes of a claim: due rows locked, their tasks locked, the slots each task
+    already fills, and the rows taken (with their claim events)."""
+
+    candidates: Callable[[datetime, int], list[Execution]]
+    lock_tasks: Callable[[set[str]], dict[str, Task]]
+    busy: Callable[[Iterable[str]], dict[str, int]]
+    take: Callable[[list[tuple[Execution, Task]], datetime, str, datetime], list[tuple[Execution, Task]]]
+
+
+ORM = Statements(_candidates, _lock_tasks, _busy, _take_with_events)
+POSTGRES = Statements(pg_claims.candidates, pg_claims.lock_tasks, pg_claims.busy, pg_claims.take)
+
+
 def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[list[Claim], list[Ended]]:
     """Claim up to ``limit`` due executions, respecting each task's max_concurrency."""
     if limit <= 0:
         return [], []
     ended: list[Ended] = []
     lease_until = now + timedelta(seconds=lease_seconds)
-    fast = db.server_binding()
+    statements = POSTGRES if db.server_binding() else ORM
     with transaction.atomic():
-        if fast:
-            candidates = pg_claims.candidates(now, limit * OVERFETCH)
-        else:
-            candidates = list(
-                Execution.objects.select_for_update(skip_locked=True)
-                .due(now)
-                .exclude(task_id__in=_saturated_task_ids())
-                .order_by("due_at", "sequence")[: limit * OVERFETCH]
-            )
+        candidates = statements.candidates(now, limit * OVERFETCH)
         if not candidates:
             return [], []
         task_ids = {row.task_id for row in candidates}
-        if fast:
-            tasks = pg_claims.lock_tasks(task_ids)
-        else:
-            tasks = {
-                task.id: task
-                for task in Task.objects.select_for_update(skip_locked=True).filter(id__in=task_ids)
-            }
+        tasks = statements.lock_tasks(task_ids)
         # Rows of tasks another claim holds wait; rows of deleted tasks are ended below.
         unlocked = task_ids - set(tasks)
         existing = (
             set(Task.objects.filter(id__in=unlocked).values_list("id", flat=True)) if unlocked else set()
         )
         # Counted again under the task locks: the hint above may be stale by now.
-        if fast:
-            busy = pg_claims.busy(tasks)
-        else:
-            busy = Execution.objects.filter(task_id__in=list(tasks)).occupying().count_by_task()
+        busy = statements.busy(tasks)
         free = {task.id: task.max_concurrency - busy.get(task.id, 0) for task in tasks.values()}
         events: list[ExecutionEvent] = []
         chosen: list[tuple[Execution, Task]] = []
@@ -121,26 +152,9 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
             if free[task.id] > 0:
                 free[task.id] -= 1
                 chosen.append((row, task))
-        if fast:
-            # The claim events go with the UPDATE, in the same statement.
-            taken = pg_claims.take(chosen, now, node, lease_until) if chosen else []
-        else:
-            taken = _take(chosen, now, node, lease_until)
-            events += [
-                journal.event(
-                    row.sequence,
-                    now,
-                    Status.PENDING,
-                    Status.CLAIMED,
-                    "claimed",
-                    node=node,
-                    attempt=row.attempt,
-                )
-                for row, _ in taken
-            ]
-        claims = [Claim(row, task, row.execution_token) for row, task in taken]
+        taken = statements.take(chosen, now, node, lease_until) if chosen else []
         journal.append(events)
-    return claims, ended
+    return [Claim(row, task, row.execution_token) for row, task in taken], ended
 
 
 def _take(

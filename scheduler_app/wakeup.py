@@ -52,11 +52,16 @@ class _Sender:
 
     ``notify`` only raises a flag. The thread clears it before each publish, so a wake-up
     asked for after a trigger committed goes out after that commit, and every wake-up asked
-    for while one is on its way goes out as one. Started on first use in each process (a
-    forked child starts its own); a wake-up still pending at exit is sent then.
+    for while one is on its way goes out as one. Started on first use in each process; a
+    wake-up still pending at exit is sent then.
     """
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the thread: a forked child starts its own (and never waits on a lock the
+        parent's threads held at the fork)."""
         self.pending = threading.Event()
         self._pid = 0
         self._lock = threading.Lock()
@@ -65,7 +70,6 @@ class _Sender:
         if self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
-                    self.pending = threading.Event()
                     threading.Thread(target=self._run, name="scheduler-wake-sender", daemon=True).start()
                     self._pid = os.getpid()
         self.pending.set()
@@ -86,6 +90,7 @@ class _Sender:
 
 _sender = _Sender()
 atexit.register(_sender.flush)
+os.register_at_fork(after_in_child=_sender.reset)
 
 
 def notify() -> None:

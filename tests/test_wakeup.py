@@ -1,5 +1,6 @@
 """Redis wake-ups: sent from a thread of their own, coalesced, on one kept connection, never an error."""
 
+import os
 import threading
 import time
 
@@ -79,3 +80,16 @@ def test_the_caller_never_publishes_itself(settings, monkeypatch):
     wakeup.notify()
     wait_for(lambda: publishers, timeout=5)
     assert threading.get_ident() not in publishers
+
+
+def test_a_forked_child_starts_a_sender_of_its_own(settings):
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "REDIS_URL": "redis://127.0.0.1:1/0"}
+    wakeup.notify()  # this process's sender thread now runs
+    with wakeup._sender._lock:  # held by another thread of the parent at the fork
+        pid = os.fork()
+        if pid == 0:
+            # The child inherits neither the thread nor the held lock.
+            fresh = wakeup._sender._pid == 0 and wakeup._sender._lock.acquire(blocking=False)
+            os._exit(0 if fresh else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
