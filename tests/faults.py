@@ -254,7 +254,7 @@ def _is_claim_select(sql: str, params: Any) -> bool:
         and "from scheduler_app_execution" in text
         and "for update" in text
         and "lease_expires_at" not in text.split(" where ", 1)[-1]
-        and "pending" in [str(value) for value in (params or ())]
+        and ("pending" in [str(value) for value in (params or ())] or "status = 'pending'" in text)
     )
 
 
