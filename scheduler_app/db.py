@@ -138,14 +138,6 @@ def status_literal(*statuses: str) -> str:
     return "(" + ", ".join(f"'{status}'" for status in statuses) + ")"
 
 
-def bind(field: Any, value: Any, connection: Any) -> Any:
-    """A model value as a bound parameter: psycopg adapts Python's own types as the ORM's preparation
-    would leave them on PostgreSQL; JSON goes through its field (its encoder, and None as SQL NULL)."""
-    if field.get_internal_type() == "JSONField":
-        return field.get_db_prep_save(value, connection)
-    return value
-
-
 def drop_broken_connections() -> None:
     """Close connections that are broken or past CONN_MAX_AGE; keep healthy ones across ticks."""
     for connection in connections.all(initialized_only=True):

@@ -4,9 +4,10 @@ The ORM path takes five round trips (task read, BEGIN, two INSERTs, COMMIT);
 this one statement in autocommit is atomic on its own and takes one. It
 inserts nothing when the task does not exist or the occurrence id or key is
 taken; the caller then takes the ORM path, which tells those cases apart.
-The values are those the ORM path would write: every execution column comes
-from an unsaved Execution, except the four read from the task row, and the
-event's are journal.event's (the fields' defaults where it sets nothing).
+The values are those the ORM path would write: the task's four columns from
+the task row, the caller's from the unsaved Execution, the rest the defaults
+of a manual trigger, and the event's those of journal.event; the constants
+are written into the text once, so a call binds eight values.
 """
 
 from __future__ import annotations
@@ -20,60 +21,96 @@ from django.db import connections, router
 from django.db.models import Field
 
 from scheduler_app import db, journal
-from scheduler_app.models import Execution, ExecutionEvent, Status, Task
+from scheduler_app.models import Execution, ExecutionEvent, Status, Task, TriggerType
 
 FROM_TASK = {
     "task_revision": "t.revision",
-    "params": "t.params || %s",  # shallow merge, as {**task.params, **params}
+    "params": "t.params || %(params)s",  # shallow merge, as {**task.params, **params}
     "max_attempts": "t.retry_max_attempts",
 }
 RETURNED = ("sequence", "task_revision", "params", "max_attempts")
 
 
+# The execution columns a trigger sets; every other column holds its default, written into the
+# statement's text (as are the creation event's constants), so a call binds eight values, not 31.
+FROM_CALLER = (
+    "occurrence_id",
+    "task_id",
+    "trigger_source",
+    "idempotency_key",
+    "payload_hash",
+    "due_at",
+    "created_at",
+    "updated_at",
+)
+EVENT_FROM_CALLER = ("at", "reason")
+
+
+def _literal(field: Field[Any, Any], value: Any, connection: Any) -> str:
+    """A constant of ours as SQL text, cast to its column's type."""
+    if value is None:
+        text = "NULL"
+    elif isinstance(value, bool):
+        text = "TRUE" if value else "FALSE"
+    elif isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, str):
+        text = "'" + value.replace("'", "''") + "'"
+    else:
+        raise TypeError(f"no literal for {type(value).__name__}")
+    return f"{text}::{field.cast_db_type(connection)}"
+
+
 @cache
-def _statement() -> tuple[str, list[Field[Any, Any]], list[Field[Any, Any]]]:
-    """The statement, the execution fields it takes from the caller and the event fields after the first."""
-    quote = connections[router.db_for_write(Execution)].ops.quote_name
+def _statement() -> str:
+    connection = connections[router.db_for_write(Execution)]
+    quote = connection.ops.quote_name
+    template = Execution(trigger_type=TriggerType.MANUAL)
     fields = [f for f in Execution._meta.concrete_fields if not f.primary_key]
+    values = []
+    for f in fields:
+        if f.attname in FROM_TASK:
+            values.append(FROM_TASK[f.attname])
+        elif f.attname in FROM_CALLER:
+            values.append(f"%({f.attname})s")
+        else:
+            values.append(_literal(f, getattr(template, f.attname), connection))
+    event = journal.event(0, datetime.now(), "", Status.PENDING, "")
     event_fields = [f for f in ExecutionEvent._meta.concrete_fields if not f.primary_key]
     assert event_fields[0].attname == "execution_id"
-    sql = (
-        f"WITH t AS (SELECT revision, params, retry_max_attempts FROM {quote(Task._meta.db_table)} WHERE id = %s),"
+    event_values = [
+        f"%(event_{f.attname})s"
+        if f.attname in EVENT_FROM_CALLER
+        else _literal(f, getattr(event, f.attname), connection)
+        for f in event_fields[1:]
+    ]
+    return (
+        f"WITH t AS (SELECT revision, params, retry_max_attempts FROM {quote(Task._meta.db_table)}"
+        " WHERE id = %(task_id)s),"
         f" e AS (INSERT INTO {quote(Execution._meta.db_table)}"
         f" ({', '.join(quote(str(f.column)) for f in fields)})"
-        f" SELECT {', '.join(FROM_TASK.get(f.attname, '%s') for f in fields)} FROM t"
+        f" SELECT {', '.join(values)} FROM t"
         f" ON CONFLICT DO NOTHING RETURNING {', '.join(RETURNED)}),"
         f" v AS (INSERT INTO {quote(ExecutionEvent._meta.db_table)}"
         f" ({', '.join(quote(str(f.column)) for f in event_fields)})"
-        f" SELECT e.sequence, {', '.join(['%s'] * (len(event_fields) - 1))} FROM e)"
+        f" SELECT e.sequence, {', '.join(event_values)} FROM e)"
         f" SELECT {', '.join(RETURNED)} FROM e"
     )
-    return sql, [f for f in fields if f.attname not in FROM_TASK or f.attname == "params"], event_fields[1:]
 
 
 def insert_manual(execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime) -> bool:
     """Insert ``execution`` (its task columns filled from the task row) and its creation event.
 
-    True and ``execution`` completed when inserted; False when nothing was written.
+    ``execution`` is a new manual trigger: only its FROM_CALLER columns differ from the
+    defaults. True and ``execution`` completed when inserted; False when nothing was written.
     """
     connection = connections[router.db_for_write(Execution)]
-    sql, fields, event_fields = _statement()
-    event = {
-        "at": now,
-        "from_status": "",
-        "to_status": Status.PENDING,
-        "reason": reason[: journal.REASON_LENGTH],
-    }
-    values: list[Any] = [execution.task_id]
-    for f in fields:
-        value = caller_params if f.attname == "params" else getattr(execution, f.attname)
-        values.append(db.bind(f, value, connection))
-    values += [
-        db.bind(f, event[f.attname] if f.attname in event else f.get_default(), connection)
-        for f in event_fields
-    ]
+    values = {name: getattr(execution, name) for name in FROM_CALLER}
+    values["params"] = Execution._meta.get_field("params").get_db_prep_save(caller_params, connection)
+    values["event_at"] = now
+    values["event_reason"] = reason[: journal.REASON_LENGTH]
     with db.bound_cursor(connection) as cursor:
-        cursor.execute(sql, values)
+        cursor.execute(_statement(), values)
         row = cursor.fetchone()
     if row is None:
         return False
