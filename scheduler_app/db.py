@@ -90,10 +90,20 @@ def counting_statements(aliases: Iterable[str]) -> Iterator[StatementCounter]:
         yield counter
 
 
+def journal_connection() -> Any:
+    """The connection the journal is written on: the router's choice for Execution."""
+    return connections[router.db_for_write(Execution)]
+
+
+def table(model: Any) -> str:
+    """``model``'s table, quoted for the journal's connection (fixed statements of its own database)."""
+    return str(journal_connection().ops.quote_name(model._meta.db_table))
+
+
 def server_binding(alias: str | None = None) -> bool:
     """Whether the journal's database is PostgreSQL through psycopg 3, whose cursors can bind
     parameters on the server: there the hot statements take their fixed-text forms."""
-    connection = connections[alias or router.db_for_write(Execution)]
+    connection = connections[alias] if alias else journal_connection()
     if connection.vendor != "postgresql":
         return False
     from django.db.backends.postgresql.psycopg_any import is_psycopg3

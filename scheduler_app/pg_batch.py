@@ -21,7 +21,6 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from django.db import connections, router
 from django.db.models import Field, Model
 
 from scheduler_app import db, journal
@@ -58,18 +57,12 @@ def _unnest(alias: str, columns: Sequence[tuple[str, str]]) -> str:
 
 
 def _typed(model: type[Model], names: Sequence[str], prefix: str = "") -> list[tuple[str, str]]:
-    connection = connections[router.db_for_write(model)]
+    connection = db.journal_connection()
     return [(prefix + name, _field(model, name).cast_db_type(connection) or "text") for name in names]
 
 
-@cache
 def _tables() -> tuple[str, str, str]:
-    quote = connections[router.db_for_write(Execution)].ops.quote_name
-    return (
-        quote(Execution._meta.db_table),
-        quote(ExecutionEvent._meta.db_table),
-        quote(ExecutionLog._meta.db_table),
-    )
+    return db.table(Execution), db.table(ExecutionEvent), db.table(ExecutionLog)
 
 
 def _owned_rows(status_test: str) -> str:
@@ -221,7 +214,6 @@ def _json_default(value: Any) -> str:
 
 
 def _run(sql: str, params: list[Any]) -> list[int]:
-    connection = connections[router.db_for_write(Execution)]
-    with db.bound_cursor(connection) as cursor:
+    with db.bound_cursor(db.journal_connection()) as cursor:
         cursor.execute(sql, params)
         return [sequence for (sequence,) in cursor.fetchall()]

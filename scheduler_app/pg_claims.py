@@ -15,7 +15,6 @@ from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar
 
-from django.db import connections, router
 from django.db.models import Model
 
 from scheduler_app import db, journal
@@ -24,17 +23,13 @@ from scheduler_app.models import OCCUPYING, Execution, ExecutionEvent, Status, T
 M = TypeVar("M", bound=Model)
 
 
-def _connection() -> Any:
-    return connections[router.db_for_write(Execution)]
-
-
 @cache
 def _names() -> dict[str, str]:
-    quote = _connection().ops.quote_name
+    quote = db.journal_connection().ops.quote_name
     return {
-        "execution": quote(Execution._meta.db_table),
-        "task": quote(Task._meta.db_table),
-        "event": quote(ExecutionEvent._meta.db_table),
+        "execution": db.table(Execution),
+        "task": db.table(Task),
+        "event": db.table(ExecutionEvent),
         "execution_columns": ", ".join(f"e.{quote(f.column)}" for f in Execution._meta.concrete_fields),
         "task_columns": ", ".join(f"t.{quote(f.column)}" for f in Task._meta.concrete_fields),
     }
@@ -43,7 +38,7 @@ def _names() -> dict[str, str]:
 def _fetch(model: type[M], sql: str, params: list[Any], names: Sequence[str] | None = None) -> list[M]:
     """Model instances from rows of ``model``'s columns ``names`` (all by default), in that order,
     converted as the ORM would; columns left out are deferred."""
-    connection = _connection()
+    connection = db.journal_connection()
     fields = list(model._meta.concrete_fields)
     if names:
         by_name = {f.attname: f for f in fields}
@@ -109,7 +104,7 @@ def busy(task_ids: Iterable[str]) -> dict[str, int]:
         f" WHERE o.task_id = t.id AND o.status IN {db.status_literal(*OCCUPYING)})"
         " FROM unnest(%s::text[]) AS t(id)"
     )
-    with db.bound_cursor(_connection()) as cursor:
+    with db.bound_cursor(db.journal_connection()) as cursor:
         cursor.execute(sql, [list(task_ids)])
         return {task_id: n for task_id, n in cursor.fetchall() if n}
 

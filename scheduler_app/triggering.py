@@ -17,7 +17,6 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from django.db import connections, router
 from django.db.models import Field
 
 from scheduler_app import db, journal
@@ -63,7 +62,7 @@ def _literal(field: Field[Any, Any], value: Any, connection: Any) -> str:
 
 @cache
 def _statement() -> str:
-    connection = connections[router.db_for_write(Execution)]
+    connection = db.journal_connection()
     quote = connection.ops.quote_name
     template = Execution(trigger_type=TriggerType.MANUAL)
     fields = [f for f in Execution._meta.concrete_fields if not f.primary_key]
@@ -85,13 +84,13 @@ def _statement() -> str:
         for f in event_fields[1:]
     ]
     return (
-        f"WITH t AS (SELECT revision, params, retry_max_attempts FROM {quote(Task._meta.db_table)}"
+        f"WITH t AS (SELECT revision, params, retry_max_attempts FROM {db.table(Task)}"
         " WHERE id = %(task_id)s),"
-        f" e AS (INSERT INTO {quote(Execution._meta.db_table)}"
+        f" e AS (INSERT INTO {db.table(Execution)}"
         f" ({', '.join(quote(str(f.column)) for f in fields)})"
         f" SELECT {', '.join(values)} FROM t"
         f" ON CONFLICT DO NOTHING RETURNING {', '.join(RETURNED)}),"
-        f" v AS (INSERT INTO {quote(ExecutionEvent._meta.db_table)}"
+        f" v AS (INSERT INTO {db.table(ExecutionEvent)}"
         f" ({', '.join(quote(str(f.column)) for f in event_fields)})"
         f" SELECT e.sequence, {', '.join(event_values)} FROM e)"
         f" SELECT {', '.join(RETURNED)} FROM e"
@@ -104,7 +103,7 @@ def insert_manual(execution: Execution, caller_params: dict[str, Any], reason: s
     ``execution`` is a new manual trigger: only its FROM_CALLER columns differ from the
     defaults. True and ``execution`` completed when inserted; False when nothing was written.
     """
-    connection = connections[router.db_for_write(Execution)]
+    connection = db.journal_connection()
     values = {name: getattr(execution, name) for name in FROM_CALLER}
     values["params"] = Execution._meta.get_field("params").get_db_prep_save(caller_params, connection)
     values["event_at"] = now
