@@ -218,6 +218,31 @@ def seed_history(task_id: str, n: int) -> None:
     Execution.objects.bulk_create(rows, batch_size=1000)
 
 
+def cpu_seconds(pids: set[int]) -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process, of ``pids``, and of every PostgreSQL
+    server process on the machine (the private cluster's, unless --shared-pg), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {"this process": 0.0, "given processes": 0.0, "postgres": 0.0}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                command = handle.read()
+        except OSError:
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / tick
+        if int(entry) == os.getpid():
+            out["this process"] += seconds
+        elif int(entry) in pids:
+            out["given processes"] += seconds
+        elif command.startswith(b"postgres"):
+            out["postgres"] += seconds
+    return out
+
+
 def analyze() -> None:
     """Refresh planner statistics after a bulk insert (PostgreSQL and MySQL)."""
     from django.db import connection

@@ -19,7 +19,8 @@ more): the task with max_concurrency 32 (throughput), then with
 max_concurrency 1 (serial: hand-off latency between executions). Reports end-to-end executions per second (triggers / (last side
 effect - first trigger call)), the trigger call latency, duplicates, and the
 database work per execution (commits; statements and WAL bytes from
-pg_stat_statements, which includes the producer's own statements).
+pg_stat_statements, which includes the producer's own statements), and the
+CPU per execution of the producer, the runners and PostgreSQL (from /proc).
 
 By default the runs use a private PostgreSQL cluster started by the script
 (same binaries, durable commits, pg_stat_statements preloaded); --shared-pg
@@ -53,6 +54,7 @@ from _common import (
     Processes,
     analyze,
     bench_database,
+    cpu_seconds,
     per_execution,
     pg_stat_statements_ready,
     pg_work,
@@ -93,6 +95,8 @@ def one_pass(args: argparse.Namespace, concurrency: int, triggers: int) -> dict[
             scheduler.trigger(TASK, source="warmup", wait=30)
         statements = pg_stat_statements_ready()
         before = pg_work()
+        runner_pids = {runner.popen.pid for runner in runners}
+        cpu_before = cpu_seconds(runner_pids)
         calls = []
         first = time.time()
         for _ in range(triggers):
@@ -115,6 +119,7 @@ def one_pass(args: argparse.Namespace, concurrency: int, triggers: int) -> dict[
             30,
             0.1,
         )
+        cpu_after = cpu_seconds(runner_pids)
         after = pg_work()
         for runner in runners:
             runner.sample_rss()
@@ -136,6 +141,15 @@ def one_pass(args: argparse.Namespace, concurrency: int, triggers: int) -> dict[
             "producer_triggers_per_second": round(triggers / (produced - first), 1),
             "trigger_call_ms": summary(calls, 3),
             "per_execution": per_execution(before, after, triggers),
+            # From the first trigger until every execution ended (the wait polls a little).
+            "cpu_ms_per_execution": {
+                name: round((cpu_after[key] - cpu_before[key]) * 1000 / triggers, 3)
+                for name, key in (
+                    ("producer", "this process"),
+                    ("runners", "given processes"),
+                    ("postgres", "postgres"),
+                )
+            },
             "pg_stat_statements": statements,
             "runner_peak_rss_mb": [round(r.peak_rss_kb / 1024, 1) for r in runners],
             "runner_exit_codes": list(procs.stop_all().values()),
@@ -195,7 +209,8 @@ def main() -> None:
                     f" {r['duplicates']} duplicates, {r['executions_per_second']} executions/s end to end,"
                     f" producer {r['producer_triggers_per_second']} triggers/s,"
                     f" trigger call p50 {c['p50']} ms p99 {c['p99']} ms; per execution {r['per_execution']};"
-                    f" statuses {r['statuses']}; peak RSS {r['runner_peak_rss_mb']} MB"
+                    f" statuses {r['statuses']}; peak RSS {r['runner_peak_rss_mb']} MB;"
+                    f" CPU ms per execution {r['cpu_ms_per_execution']}"
                 )
             rates = sorted(r["executions_per_second"] or 0.0 for r in runs)
             median = rates[len(rates) // 2]
