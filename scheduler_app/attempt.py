@@ -39,6 +39,8 @@ class Attempt:
     lease_deadline: float = 0.0
     # Set by threaded runners: starts and outcomes then share commits with other attempts'.
     writer: Any = None
+    # (started, when), where the runner started the attempt before a worker took it.
+    started: tuple[bool, datetime] | None = None
 
     def cancel(self, reason: str, *, lease_lost: bool = False) -> None:
         if not self.cancelled.is_set():
@@ -134,7 +136,7 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
     """Run one claimed attempt; after a lost lease nothing more is written."""
     execution, task, token = attempt.claim.execution, attempt.claim.task, attempt.claim.token
     number = execution.attempt
-    if attempt.cancelled.is_set():
+    if attempt.cancelled.is_set() and attempt.started is None:
         if attempt.cancel_reason.startswith("stop requested"):
             _finish(attempt, node, clock, STOPPED, from_status=Status.CLAIMED)
         else:
@@ -150,7 +152,9 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
                 fields={"owner": "", "execution_token": "", "lease_expires_at": None, "attempt": number - 1},
             )
         return
-    if attempt.writer is not None:
+    if attempt.started is not None:
+        started, now = attempt.started
+    elif attempt.writer is not None:
         started, now = attempt.writer.start(attempt)
     else:
         now = clock.now()
@@ -170,8 +174,9 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
         trigger_source=execution.trigger_source,
     )
     event = TaskEvent(task=task, context=context, cancelled=attempt.cancelled)
-    outcome = call_handler(event)
-    if attempt.cancelled.is_set():
+    # Cancelled while it waited for this worker (started early), it ends without running.
+    outcome = None if attempt.cancelled.is_set() else call_handler(event)
+    if outcome is None or attempt.cancelled.is_set():
         if attempt.lease_lost:
             logger.warning("lease lost for %s; the attempt writes nothing more", execution.occurrence_id)
             return

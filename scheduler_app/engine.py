@@ -22,7 +22,7 @@ from scheduler_app.exceptions import StorageError
 from scheduler_app.models import LEASED, Execution, Status
 from scheduler_app.models import Runner as RunnerRecord
 from scheduler_app.services import scheduler
-from scheduler_app.writer import JournalWriter
+from scheduler_app.writer import JournalWriter, start_batch
 
 logger = logging.getLogger("scheduler_app")
 
@@ -44,6 +44,8 @@ class WorkerPool:
     def __init__(self, size: int, work: Callable[[Attempt], None]) -> None:
         self._queue: queue.Queue[Attempt | None] = queue.Queue()
         self._work = work
+        self._waiting = 0  # threads blocked on the queue
+        self._waiting_lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._loop, name=f"scheduler-worker-{i}", daemon=True)
             for i in range(size)
@@ -53,10 +55,22 @@ class WorkerPool:
 
     def _loop(self) -> None:
         try:
-            while (item := self._queue.get()) is not None:
+            while True:
+                with self._waiting_lock:
+                    self._waiting += 1
+                item = self._queue.get()
+                with self._waiting_lock:
+                    self._waiting -= 1
+                if item is None:
+                    break
                 self._work(item)
         finally:
             connections.close_all()
+
+    def idle(self) -> int:
+        """How many threads would take an attempt submitted now at once (a hint: it may be low)."""
+        with self._waiting_lock:
+            return max(0, self._waiting - self._queue.qsize())
 
     def submit(self, attempt: Attempt) -> None:
         self._queue.put(attempt)
@@ -297,17 +311,26 @@ class Runner:
         claimed, ended = claims.claim(now, self.node_id, free, self.lease_seconds)
         for item in ended:
             self._write_log(item.execution, item.task_name, item.log_status)
+        attempts = []
         for claim in claimed:
             attempt = Attempt(claim, writer=self._writer)
             assert claim.execution.lease_expires_at is not None
             attempt.lease_deadline = self._local(claim.execution.lease_expires_at)
             with self._lock:
                 self.in_flight[claim.execution.sequence] = attempt
-            if self._pool is None:
+            attempts.append(attempt)
+        if self._pool is None:
+            for attempt in attempts:
                 self._run_attempt(attempt)
-            else:
-                self._pool.submit(attempt)
-        return len(claimed)
+            return len(attempts)
+        # Attempts a waiting worker takes at once start here, in one statement, instead of each
+        # worker asking the writer; the others stay claimed until a worker is free to start them.
+        ready = attempts[: self._pool.idle()]
+        if ready:
+            start_batch(ready, self.node_id, self.clock.now())
+        for attempt in attempts:
+            self._pool.submit(attempt)
+        return len(attempts)
 
     def _local(self, instant: datetime) -> float:
         """The monotonic time at which the database reaches ``instant``, never later than it does.

@@ -140,6 +140,24 @@ class JournalWriter:
             db.drop_broken_connections()
 
 
+def start_batch(attempts: list[Attempt], node: str, now: datetime) -> None:
+    """claimed -> running for ``attempts`` in the calling thread, in one write; each attempt's
+    ``started`` holds its answer. On a database error nothing is written and the attempts stay
+    claimed, for their workers to start."""
+    requests = [_Request(attempt) for attempt in attempts]
+    write = write_statement if db.server_binding() else write_batch
+    try:
+        answers = write(requests, node, now)
+    except (DatabaseError, InterfaceError):
+        logger.warning(
+            "starting %s claimed attempts together failed; their workers start them", len(attempts)
+        )
+        db.drop_broken_connections()
+        return
+    for attempt, (started, when) in zip(attempts, answers, strict=True):
+        attempt.started = (started, when)
+
+
 def write_batch(batch: list[_Request], node: str, now: datetime) -> list[tuple[Any, ...]]:
     """Write a batch in one transaction, every move at ``now``; each request's answer, in order."""
     with transaction.atomic():

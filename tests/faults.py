@@ -118,6 +118,16 @@ def install() -> None:
 
         _patch(engine, "run_attempt", run_attempt)
 
+        # Attempts that a waiting worker takes at once are started by the runner's thread.
+        original_start_batch = engine.start_batch
+
+        @functools.wraps(original_start_batch)
+        def start_batch(attempts: Any, node: str, now: Any) -> None:
+            _pause("pause_before_start", str(attempts[0].claim.execution.occurrence_id))
+            original_start_batch(attempts, node, now)
+
+        _patch(engine, "start_batch", start_batch)
+
     if "pause_after_handler" in faults:
         original_call_handler = attempt.call_handler
 

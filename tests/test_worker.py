@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+
 import pytest
 
 from scheduler_app import scheduler
@@ -75,3 +78,51 @@ def test_an_attempt_whose_lease_cannot_be_renewed_is_cancelled_and_writes_nothin
     wait_for(lambda: not runner.in_flight, timeout=10)
     assert status_of(execution) == Status.RUNNING  # left for another runner to recover
     assert ExecutionEvent.objects.filter(execution_id=execution.sequence).count() == events_before
+
+
+def test_attempts_claimed_for_waiting_workers_are_running_when_the_claim_returns(monkeypatch):
+    """Those a waiting worker takes at once start in the claim's tick, in one write; the rest
+    stay claimed until a worker is free (here never: workers may not start anything)."""
+    from scheduler_app.engine import Runner
+    from scheduler_app.writer import JournalWriter
+
+    released = threading.Event()
+    monkeypatch.setattr(JournalWriter, "start", lambda self, attempt: released.wait(30) and (False, None))
+    scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=3))
+    executions = [scheduler.trigger("report", params={"block": 60}) for _ in range(3)]
+    runner = Runner(node_id="prestart", workers=2, lease_seconds=30, drain_seconds=10)
+    runner.start()
+    try:
+        assert runner._pool is not None
+        wait_for(lambda: runner._pool.idle() == 2)
+        assert runner.tick()
+        statuses = Counter(status_of(e) for e in executions)
+        assert statuses == Counter({Status.RUNNING: 2, Status.CLAIMED: 1})
+        running = [e for e in executions if e.status == Status.RUNNING]
+        assert len({e.started_at for e in running}) == 1  # one write
+    finally:
+        runner.shutdown()
+        released.set()
+        runner.stop()
+    assert Counter(status_of(e) for e in executions) == Counter({Status.INTERRUPTED: 2, Status.PENDING: 1})
+
+
+def test_an_attempt_started_early_and_cancelled_before_its_worker_took_it_ends_without_running(clock):
+    from scheduler_app import claims
+    from scheduler_app.attempt import Attempt, run_attempt
+    from scheduler_app.writer import start_batch
+    from tests import hooks
+
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    execution = scheduler.trigger("report")
+    (claim,), _ = claims.claim(clock.now(), "node-a", 1, 60)
+    attempt = Attempt(claim)
+    start_batch([attempt], "node-a", clock.now())
+    assert status_of(execution) == Status.RUNNING
+    calls = len(hooks.CALLS)
+    attempt.cancel("shutdown")
+    run_attempt(attempt, "node-a", clock)
+    assert (status_of(execution), execution.error["message"]) == (Status.INTERRUPTED, "shutdown")
+    assert len(hooks.CALLS) == calls
+    moves = list(execution.events.order_by("id").values_list("from_status", "to_status"))
+    assert moves[-2:] == [(Status.CLAIMED, Status.RUNNING), (Status.RUNNING, Status.INTERRUPTED)]
