@@ -42,9 +42,9 @@ def _publisher() -> Any:
         return _publishers[url]
 
 
-# After a wake-up, the next waits this long: a stream of triggers sends at most about 200 a
-# second, and each runner reads that many messages instead of one per trigger.
-SPACING = 0.005
+# After a wake-up, the next waits this long: as often as a runner starts ticks for a stream of
+# them (engine.TRIGGER_GATHER), so a stream sends at most about 50 a second.
+SPACING = 0.02
 
 
 class _Sender:
