@@ -30,19 +30,20 @@ FROM_TASK = {
 RETURNED = ("sequence", "task_revision", "params", "max_attempts")
 
 
-# The execution columns a trigger sets; every other column holds its default, written into the
-# statement's text (as are the creation event's constants), so a call binds eight values, not 31.
-FROM_CALLER = (
-    "occurrence_id",
-    "task_id",
-    "trigger_source",
-    "idempotency_key",
-    "payload_hash",
-    "due_at",
-    "created_at",
-    "updated_at",
-)
-EVENT_FROM_CALLER = ("at", "reason")
+# The execution columns a trigger sets, by parameter; every other column holds its default,
+# written into the statement's text (as are the creation event's constants). One instant is
+# the due, creation, update and event time, so a call binds eight values in all.
+FROM_CALLER = {
+    "occurrence_id": "occurrence_id",
+    "task_id": "task_id",
+    "trigger_source": "trigger_source",
+    "idempotency_key": "idempotency_key",
+    "payload_hash": "payload_hash",
+    "due_at": "now",
+    "created_at": "now",
+    "updated_at": "now",
+}
+EVENT_FROM_CALLER = {"at": "now", "reason": "reason"}
 
 
 def _literal(field: Field[Any, Any], value: Any, connection: Any) -> str:
@@ -71,14 +72,14 @@ def _statement() -> str:
         if f.attname in FROM_TASK:
             values.append(FROM_TASK[f.attname])
         elif f.attname in FROM_CALLER:
-            values.append(f"%({f.attname})s")
+            values.append(f"%({FROM_CALLER[f.attname]})s")
         else:
             values.append(_literal(f, getattr(template, f.attname), connection))
     event = journal.event(0, datetime.now(), "", Status.PENDING, "")
     event_fields = [f for f in ExecutionEvent._meta.concrete_fields if not f.primary_key]
     assert event_fields[0].attname == "execution_id"
     event_values = [
-        f"%(event_{f.attname})s"
+        f"%({EVENT_FROM_CALLER[f.attname]})s"
         if f.attname in EVENT_FROM_CALLER
         else _literal(f, getattr(event, f.attname), connection)
         for f in event_fields[1:]
@@ -101,13 +102,14 @@ def insert_manual(execution: Execution, caller_params: dict[str, Any], reason: s
     """Insert ``execution`` (its task columns filled from the task row) and its creation event.
 
     ``execution`` is a new manual trigger: only its FROM_CALLER columns differ from the
-    defaults. True and ``execution`` completed when inserted; False when nothing was written.
+    defaults, and it is due, created and updated at ``now``. True and ``execution`` completed
+    when inserted; False when nothing was written.
     """
     connection = db.journal_connection()
-    values = {name: getattr(execution, name) for name in FROM_CALLER}
+    values = {name: getattr(execution, attname) for attname, name in FROM_CALLER.items() if name != "now"}
+    values["now"] = now
     values["params"] = Execution._meta.get_field("params").get_db_prep_save(caller_params, connection)
-    values["event_at"] = now
-    values["event_reason"] = reason[: journal.REASON_LENGTH]
+    values["reason"] = reason[: journal.REASON_LENGTH]
     with db.bound_cursor(connection) as cursor:
         cursor.execute(_statement(), values)
         row = cursor.fetchone()
