@@ -280,12 +280,10 @@ def record_finish(finish: Finish, node: str) -> tuple[bool, bool]:
         try:
             moved = record(log_written)
         except DatabaseLibraryError:
-            if not log_written:
-                raise
-            logger.warning(
-                "outcome and log of %s not written together; retrying the outcome alone",
-                execution.occurrence_id,
-            )
+            # The log row may have been refused, or the connection dropped while it sat idle
+            # (MySQL's rollback does not notice): retry the outcome alone on a fresh connection.
+            logger.warning("could not write the outcome of %s; retrying it alone", execution.occurrence_id)
+            db.drop_broken_connections()
             log_written = False
             moved = record(False)
     except DatabaseLibraryError:
