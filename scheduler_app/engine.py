@@ -124,6 +124,7 @@ class Runner:
         self._anchor = (time.monotonic(), datetime.now(UTC))
         self._next_event: float | None = None
         self._tick_started = 0.0
+        self._claimed_nothing = False  # the last tick had due rows and claimed none of them
         self.inline = inline
 
     # -- lifecycle ---------------------------------------------------------
@@ -205,7 +206,11 @@ class Runner:
                         self._listener.heard.clear()
                         # A stream of triggers starts at most one tick per TRIGGER_GATHER, so
                         # those that arrive meanwhile share one claim; a lone trigger does not wait.
-                        self._stopping.wait(TRIGGER_GATHER - (time.monotonic() - self._tick_started))
+                        # Runners woken together claim together, and one finds the rows held by
+                        # the other's claim: the one that took nothing waits half a gather more,
+                        # so that their claims alternate instead of colliding.
+                        gather = TRIGGER_GATHER * (1.5 if self._claimed_nothing else 1.0)
+                        self._stopping.wait(gather - (time.monotonic() - self._tick_started))
         finally:
             self.stop()
 
@@ -287,8 +292,11 @@ class Runner:
             for ended in claims.recover_expired(now, self.node_id):
                 self._write_log(ended.execution, ended.task_name, ended.log_status)
             worked = True
+        self._claimed_nothing = False
         if due and not self._stopping.is_set() and self._needs_work():
-            worked = self.claim_and_dispatch(now) > 0 or worked
+            claimed = self.claim_and_dispatch(now)
+            self._claimed_nothing = claimed == 0
+            worked = claimed > 0 or worked
         if time.monotonic() - self._last_renewal >= self.lease_seconds / 3:
             self.renew_leases()
         if time.monotonic() - self._last_prune >= 60:

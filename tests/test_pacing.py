@@ -6,11 +6,12 @@ import threading
 import time
 
 import pytest
+from django.db import connection, transaction
 from django.db.backends import utils
 
 from scheduler_app import scheduler, wakeup
 from scheduler_app.engine import TRIGGER_GATHER
-from scheduler_app.models import Execution, Status
+from scheduler_app.models import Execution, Status, Task
 from tests.conftest import RUNNER_THREAD
 from tests.factories import definition
 from tests.waiting import wait_for
@@ -55,9 +56,8 @@ def test_a_runner_wakes_for_a_retry_at_its_due_instant_not_at_its_next_tick(runn
     wait_for(lambda: Execution.objects.get(sequence=execution.sequence).status == Status.FAILED, timeout=10)
 
 
-def test_a_stream_of_trigger_wake_ups_starts_at_most_one_tick_per_gather_interval(
-    running, runner_statements, settings
-):
+@pytest.fixture
+def redis_wake_ups(settings):
     redis = pytest.importorskip("redis")
     url = "redis://127.0.0.1:6379/14"
     try:
@@ -65,13 +65,48 @@ def test_a_stream_of_trigger_wake_ups_starts_at_most_one_tick_per_gather_interva
     except redis.RedisError:
         pytest.skip("Redis is not reachable")
     settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "REDIS_URL": url}
+
+
+def stream_wake_ups(seconds: float) -> float:
+    """Ask for a wake-up every 2 ms for ``seconds``; the time it took."""
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        wakeup.notify()
+        time.sleep(0.002)  # a producer's pace, not a synchronisation
+    return time.monotonic() - start
+
+
+def probes(statements: list[str]) -> int:
+    return sum("MIN(next_run_at)" in sql for sql in statements)
+
+
+def test_a_stream_of_trigger_wake_ups_starts_at_most_one_tick_per_gather_interval(
+    running, runner_statements, redis_wake_ups
+):
     scheduler.register(definition(cron="0 0 1 1 *"))
     running(tick_interval=30)
     scheduler.trigger("report", wait=10)  # run at once: the listener is subscribed
-    before, start = len(runner_statements), time.monotonic()
-    while time.monotonic() - start < 0.5:
-        wakeup.notify()
-        time.sleep(0.002)  # a producer's pace, not a synchronisation
-    elapsed = time.monotonic() - start
+    before = len(runner_statements)
+    elapsed = stream_wake_ups(0.5)
     # Each tick here is one probe: ~200 wake-ups, at most one tick per TRIGGER_GATHER.
     assert len(runner_statements) - before <= elapsed / TRIGGER_GATHER + 5
+
+
+def test_a_runner_whose_claims_find_the_due_rows_held_by_another_claim_ticks_half_as_often_again(
+    running, runner_statements, redis_wake_ups
+):
+    """Two runners woken by the same stream then claim in turn instead of colliding at every wake-up."""
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("claims here never meet a task locked by another claim")
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    running(tick_interval=30)
+    scheduler.trigger("report", wait=10)  # the listener is subscribed
+    waiting = scheduler.trigger("report")
+    with transaction.atomic():
+        Task.objects.select_for_update().get(id="report")  # as another runner's claim holds it
+        before = len(runner_statements)
+        elapsed = stream_wake_ups(0.6)
+        ticks = probes(runner_statements[before:])
+        assert Execution.objects.get(sequence=waiting.sequence).status == Status.PENDING
+    # One tick per 1.5 gathers (a tick per gather would be 30).
+    assert ticks <= elapsed / (1.5 * TRIGGER_GATHER) + 3, ticks
