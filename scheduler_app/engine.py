@@ -334,10 +334,14 @@ class Runner:
         # Attempts a waiting worker takes at once start here, in one statement, instead of each
         # worker asking the writer; the others stay claimed until a worker is free to start them.
         ready = attempts[: self._pool.idle()]
-        if ready:
-            start_batch(ready, self.node_id, self.clock.now())
-        for attempt in attempts:
-            self._pool.submit(attempt)
+        try:
+            if ready:
+                start_batch(ready, self.node_id, self.clock.now())
+        finally:
+            # Whatever happened to the early start, every attempt reaches a worker: one that
+            # did not start is started there, or released if cancelled.
+            for attempt in attempts:
+                self._pool.submit(attempt)
         return len(attempts)
 
     def _local(self, instant: datetime) -> float:

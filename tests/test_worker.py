@@ -126,3 +126,16 @@ def test_an_attempt_started_early_and_cancelled_before_its_worker_took_it_ends_w
     assert len(hooks.CALLS) == calls
     moves = list(execution.events.order_by("id").values_list("from_status", "to_status"))
     assert moves[-2:] == [(Status.CLAIMED, Status.RUNNING), (Status.RUNNING, Status.INTERRUPTED)]
+
+
+def test_attempts_still_reach_their_workers_when_starting_them_early_fails(running, monkeypatch):
+    from scheduler_app import engine
+
+    def broken(attempts, node, now):
+        raise RuntimeError("a bug in the early start")
+
+    monkeypatch.setattr(engine, "start_batch", broken)
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    running()
+    execution = scheduler.trigger("report", params={"result": "ran"}, wait=10)
+    assert (execution.status, execution.result) == (Status.SUCCESS, "ran")
