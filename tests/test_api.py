@@ -283,6 +283,23 @@ def test_a_patch_changing_one_handler_field_keeps_the_secrets_sent_back_masked(a
     assert Task.objects.get().handler == {**SECRET_HANDLER, "method": "PUT"}
 
 
+def test_a_masked_secret_sent_to_another_host_is_refused_and_changes_nothing(api):
+    scheduler.register(definition(handler=SECRET_HANDLER))
+    shown = api.get(BASE + "tasks/report/").json()["handler"]
+    moved = {**shown, "url": shown["url"].replace("example.com", "attacker.example")}
+    body = assert_error(
+        api.patch(BASE + "tasks/report/", {"handler": moved}, format="json"), 400, "scheduler:012"
+    )
+    assert "hunter2" not in json.dumps(body) and "s3cret-token" not in json.dumps(body)
+    assert Task.objects.get().handler == SECRET_HANDLER
+    edited = {**shown, "url": shown["url"].replace("/hook", "/v2/hook")}
+    assert api.patch(BASE + "tasks/report/", {"handler": edited}, format="json").status_code == 200
+    assert Task.objects.get().handler == {
+        **SECRET_HANDLER,
+        "url": SECRET_HANDLER["url"].replace("/hook", "/v2/hook"),
+    }
+
+
 # -- triggers ----------------------------------------------------------------------
 
 

@@ -661,6 +661,52 @@ def test_mask_hides_header_values_userinfo_and_query_values():
     assert config["headers"] == {"Authorization": "Bearer abc"}
 
 
+def test_an_edited_url_keeps_the_stored_secrets_it_sends_back_masked():
+    from scheduler_app.handlers import registry
+
+    stored = {
+        "kind": "api",
+        "url": "https://user:pw@example.com/hook?token=abc&flag&a=1&a=2#frag",
+        "headers": {"Authorization": "Bearer abc"},
+    }
+    shown = registry.masked(stored)
+    edited = {**shown, "url": shown["url"].replace("/hook", "/v2/hook") + "", "method": "PUT"}
+    assert registry.unmask(edited, stored) == {
+        **stored,
+        "url": "https://user:pw@example.com/v2/hook?token=abc&flag&a=1&a=2#frag",
+        "method": "PUT",
+    }
+    # A value typed anew is kept as typed; a masked name the stored URL lacks stays masked.
+    assert (
+        registry.unmask({**shown, "url": "https://user:***@example.com/?token=new&other=***"}, stored)["url"]
+        == "https://user:pw@example.com/?token=new&other=***"
+    )
+    lone = {"kind": "api", "url": "https://tok@example.com/"}
+    assert registry.unmask({"kind": "api", "url": "https://***@example.com/x"}, lone)["url"] == (
+        "https://tok@example.com/x"
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user:***@elsewhere.example/hook?token=***",
+        "http://user:***@example.com/hook?token=***",
+        "https://user:***@example.com:8443/hook?token=***",
+    ],
+)
+def test_masked_secrets_are_not_restored_for_another_destination_and_are_refused(url):
+    from scheduler_app.handlers import registry
+
+    stored = {"kind": "api", "url": "https://user:pw@example.com/hook?token=abc", "headers": {"X-Key": "k3y"}}
+    shown = registry.masked(stored)
+    moved = registry.unmask({**shown, "url": url}, stored)
+    assert moved == {**shown, "url": url}
+    errors = HttpHandler().validate(moved)
+    assert set(errors) == {"url", "headers"}
+    assert "stored secret" in errors["url"][0] and "X-Key" in errors["headers"][0]
+
+
 secret_text = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=8, max_size=20).map("S3CRET".__add__)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from scheduler_app.conf import scheduler_settings
-from scheduler_app.handlers.base import Handler
+from scheduler_app.handlers.base import Handler, restore_masked
 from scheduler_app.handlers.hooks import HookHandler
 
 logger = logging.getLogger("scheduler_app")
@@ -64,23 +64,20 @@ class HandlerRegistry:
         """The submitted handler with each value sent back as shown masked replaced by the stored secret.
 
         The admin form and the API both use it: changing one field of a handler and sending
-        the rest as read keeps the stored secrets.
+        the rest as read keeps the stored secrets. A kind may narrow where they are kept.
         """
-        return _unmask(submitted, stored, self.masked(stored))
+        if (
+            isinstance(submitted, dict)
+            and isinstance(stored, dict)
+            and submitted.get("kind") == stored.get("kind")
+        ):
+            handler = self.get(str(stored.get("kind", "")))
+            if handler is not None:
+                return handler.unmask(submitted, stored)
+        return restore_masked(submitted, stored, self.masked(stored))
 
     def reset(self) -> None:
         self._handlers = None
-
-
-def _unmask(submitted: Any, stored: Any, masked: Any) -> Any:
-    if masked == stored:
-        return submitted
-    if isinstance(submitted, dict) and isinstance(stored, dict) and isinstance(masked, dict):
-        return {
-            key: _unmask(value, stored.get(key), masked.get(key)) if key in stored else value
-            for key, value in submitted.items()
-        }
-    return stored if submitted == masked else submitted
 
 
 registry = HandlerRegistry()

@@ -33,5 +33,23 @@ class Handler:
         """The config as it may be displayed: secrets replaced by a mask. Override when it holds secrets."""
         return dict(config)
 
+    def unmask(self, submitted: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+        """``submitted`` (of this kind) with each value sent back as ``mask`` shows it replaced
+        by the stored one. Override to keep secrets in fewer cases."""
+        restored: dict[str, Any] = restore_masked(submitted, stored, self.mask(stored))
+        return restored
+
     def run(self, event: TaskEvent) -> Any:
         raise NotImplementedError
+
+
+def restore_masked(submitted: Any, stored: Any, masked: Any) -> Any:
+    """``submitted`` where each value equal to its masked form takes the stored value, key by key."""
+    if masked == stored:
+        return submitted
+    if isinstance(submitted, dict) and isinstance(stored, dict) and isinstance(masked, dict):
+        return {
+            key: restore_masked(value, stored.get(key), masked.get(key)) if key in stored else value
+            for key, value in submitted.items()
+        }
+    return stored if submitted == masked else submitted

@@ -87,6 +87,17 @@ class HttpHandler(Handler):
             masked["url"] = mask_url(config["url"])
         return masked
 
+    def unmask(self, submitted: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+        """Masked secrets sent back are kept only for the stored destination: with another scheme,
+        host or port none is restored, and a *** left in is refused by ``validate``."""
+        if not _same_origin(submitted.get("url"), stored.get("url")):
+            return submitted
+        restored = dict(super().unmask(submitted, stored))
+        url, stored_url = restored.get("url"), stored.get("url")
+        if isinstance(url, str) and isinstance(stored_url, str) and MASK in url:
+            restored["url"] = unmask_url(url, stored_url)
+        return restored
+
     def run(self, event: TaskEvent) -> Any:
         config = event.task.handler or {}
         http_settings = scheduler_settings.HTTP
@@ -291,6 +302,66 @@ def mask_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, MASK if parts.fragment else ""))
 
 
+def unmask_url(url: str, stored: str) -> str:
+    """``url`` with each part still shown as mask_url shows it taken from ``stored``: the userinfo
+    password (or lone user name), query values (by name, in order), the fragment."""
+    try:
+        parts, old = urlsplit(url), urlsplit(stored)
+    except ValueError:
+        return url
+    netloc = parts.netloc
+    if "@" in netloc and "@" in old.netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        old_userinfo = old.netloc.rpartition("@")[0]
+        user, colon, password = userinfo.partition(":")
+        _, old_colon, old_password = old_userinfo.partition(":")
+        if userinfo == MASK and not old_colon:
+            userinfo = old_userinfo
+        elif colon and password == MASK and old_colon:
+            userinfo = f"{user}:{old_password}"
+        netloc = f"{userinfo}@{hostport}"
+    old_parts = old.query.split("&")
+    old_values: dict[str, list[str]] = {}
+    for part in old_parts:
+        name, equals, value = part.partition("=")
+        if equals:
+            old_values.setdefault(name, []).append(value)
+    query = []
+    for i, part in enumerate(parts.query.split("&")):
+        name, equals, value = part.partition("=")
+        if equals and value == MASK and old_values.get(name):
+            part = f"{name}={old_values[name].pop(0)}"
+        elif part == MASK and i < len(old_parts) and old_parts[i] and "=" not in old_parts[i]:
+            part = old_parts[i]
+        query.append(part)
+    fragment = old.fragment if parts.fragment == MASK and old.fragment else parts.fragment
+    return urlunsplit((parts.scheme, netloc, parts.path, "&".join(query), fragment))
+
+
+def _same_origin(url: Any, other: Any) -> bool:
+    if not (isinstance(url, str) and isinstance(other, str)):
+        return False
+    try:
+        a, b = urlsplit(url), urlsplit(other)
+        return (a.scheme.lower(), a.hostname, a.port) == (b.scheme.lower(), b.hostname, b.port)
+    except ValueError:
+        return False
+
+
+def _masked_parts(url: str) -> bool:
+    """Whether ``url`` still holds a part as mask_url shows it: a secret that was not restored."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else None
+    if userinfo is not None and (userinfo == MASK or userinfo.partition(":")[2] == MASK):
+        return True
+    if any(part == MASK or part.partition("=")[2] == MASK for part in parts.query.split("&")):
+        return True
+    return parts.fragment == MASK
+
+
+LEFT_MASKED = "*** stands for a stored secret, kept only while the scheme, host and port stay the same: enter the value itself."
+
+
 def _secrets(config: dict[str, Any]) -> list[str]:
     """Configured values that must never reach a message: header values, userinfo, query values."""
     values: set[str] = set((config.get("headers") or {}).values())
@@ -327,6 +398,8 @@ def _url_errors(url: Any) -> list[str]:
         requests.PreparedRequest().prepare_url(url, None)
     except (requests.RequestException, ValueError):
         return ["Must be a valid URL."]
+    if _masked_parts(url):
+        return [LEFT_MASKED]
     return []
 
 
@@ -344,6 +417,9 @@ def _header_errors(headers: Any) -> list[str]:
             errors.append(f"{label} is set by the scheduler and cannot be configured.")
         if not isinstance(value, str):
             errors.append(f"The value of {label} must be a string.")
+            continue
+        if value == MASK:
+            errors.append(f"{label}: {LEFT_MASKED}")
             continue
         try:
             check_header_validity((name, value))
