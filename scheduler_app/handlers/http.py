@@ -93,9 +93,8 @@ class HttpHandler(Handler):
         if not _same_origin(submitted.get("url"), stored.get("url")):
             return submitted
         restored = dict(super().unmask(submitted, stored))
-        url, stored_url = restored.get("url"), stored.get("url")
-        if isinstance(url, str) and isinstance(stored_url, str) and MASK in url:
-            restored["url"] = unmask_url(url, stored_url)
+        if MASK in restored["url"]:
+            restored["url"] = unmask_url(restored["url"], stored["url"])
         return restored
 
     def run(self, event: TaskEvent) -> Any:
