@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db import DEFAULT_DB_ALIAS, DataError, transaction
 from django.db import Error as DatabaseLibraryError
 
 from scheduler_app import db, journal, logs
@@ -21,11 +21,16 @@ from scheduler_app.handlers import registry
 from scheduler_app.handlers.base import HandlerError, MissingHandler
 from scheduler_app.handlers.hooks import call_hook, notify
 from scheduler_app.models import ExecutionLog, LogPersistence, Status, Task
+from scheduler_app.storable import storable
 
 logger = logging.getLogger("scheduler_app")
 
 EXECUTION_FAILED = "scheduler:023"
 HOOK_FAILED = "scheduler:031"
+UNSTORABLE_CODES = {"api": "scheduler:025", "js": "scheduler:024"}
+# What the database (or its driver, encoding text) raises for content it cannot store, as opposed
+# to a dropped connection or an outage.
+CONTENT_ERRORS = (DataError, ValueError)
 
 
 @dataclass
@@ -55,6 +60,9 @@ class Outcome:
     reason: str
     result: Any = None
     error: dict[str, str] | None = None
+    # False for a failure that stands for a success whose result could not be stored:
+    # running the handler again would repeat what it did.
+    retryable: bool = True
 
 
 STOPPED = Outcome(
@@ -71,37 +79,49 @@ def safe_message(exc: BaseException) -> str:
 
 
 def call_handler(event: TaskEvent) -> Outcome:
-    """Run the start hook and the handler; map every way out to an Outcome."""
+    """Run the start hook and the handler; map every way out to an Outcome that can be stored."""
+    outcome, secrets = _call(event)
+    try:
+        result, error = storable(outcome.result, secrets), storable(outcome.error, secrets)
+    except RecursionError:
+        result, error = None, _not_json(event.task.handler)
+    return Outcome(outcome.status, outcome.reason, result=result, error=error)
+
+
+def _call(event: TaskEvent) -> tuple[Outcome, list[str]]:
+    """The outcome as the handler left it, and the secrets to scrub from it."""
     config = event.task.handler
-    failure_code = HOOK_FAILED if config is None else EXECUTION_FAILED
+    secrets: list[str] = []
     try:
         call_hook("on_task_start", event)
         handler = registry.for_config(config)
         if handler is None:
             raise MissingHandler("The task's handler kind is not installed.")
+        secrets = handler.secrets(config) if config is not None else []
         result = handler.run(event)
     except TaskSkipped as exc:
-        return Outcome(
-            Status.INTERRUPTED,
-            "skipped by the task",
-            error={"reason": "skipped", "message": exc.message[:500]},
-        )
+        error = {"reason": "skipped", "message": exc.message[:500]}
+        return Outcome(Status.INTERRUPTED, "skipped by the task", error=error), secrets
     except MissingHandler as exc:
-        return Outcome(
-            Status.INTERRUPTED, "missing handler", error={"reason": "missing handler", "message": str(exc)}
-        )
+        error = {"reason": "missing handler", "message": str(exc)}
+        return Outcome(Status.INTERRUPTED, "missing handler", error=error), secrets
     except HandlerError as exc:
-        return Outcome(Status.FAILED, "failed", error={"code": exc.code, "message": exc.message[:1000]})
+        return Outcome(
+            Status.FAILED, "failed", error={"code": exc.code, "message": exc.message[:1000]}
+        ), secrets
     except Exception as exc:
         logger.exception("attempt of %s failed", event.context.occurrence_id)
-        return Outcome(Status.FAILED, "failed", error={"code": failure_code, "message": safe_message(exc)})
+        error = {"code": HOOK_FAILED if config is None else EXECUTION_FAILED, "message": safe_message(exc)}
+        return Outcome(Status.FAILED, "failed", error=error), secrets
     try:
         json.dumps(result, allow_nan=False)
-    except (TypeError, ValueError):
-        return Outcome(
-            Status.FAILED, "failed", error={"code": failure_code, "message": "The result is not JSON."}
-        )
-    return Outcome(Status.SUCCESS, "succeeded", result=result)
+    except (TypeError, ValueError, RecursionError):
+        return Outcome(Status.FAILED, "failed", error=_not_json(config)), secrets
+    return Outcome(Status.SUCCESS, "succeeded", result=result), secrets
+
+
+def _not_json(config: dict[str, Any] | None) -> dict[str, str]:
+    return {"code": HOOK_FAILED if config is None else EXECUTION_FAILED, "message": "The result is not JSON."}
 
 
 def record_start(attempt: Attempt, node: str, now: datetime) -> bool:
@@ -207,7 +227,7 @@ class Finish:
 def plan_finish(attempt: Attempt, now: datetime, outcome: Outcome, from_status: str) -> Finish:
     execution, task = attempt.claim.execution, attempt.claim.task
     number = execution.attempt
-    retry = outcome.status == Status.FAILED and number < execution.max_attempts
+    retry = outcome.status == Status.FAILED and outcome.retryable and number < execution.max_attempts
     if retry:
         delay = task.backoff_before(number + 1)
         to_status: str = Status.PENDING
@@ -246,14 +266,16 @@ def plan_finish(attempt: Attempt, now: datetime, outcome: Outcome, from_status: 
     )
 
 
-def record_finish(finish: Finish, node: str) -> tuple[bool, bool]:
-    """Record one outcome, fenced; (recorded, log row written with it).
+def record_finish(finish: Finish, node: str) -> tuple[Finish, bool, bool]:
+    """Record one outcome, fenced; (what was recorded, recorded, log row written with it).
 
-    If the log write fails, the outcome is recorded alone.
+    If the log write fails, the outcome is recorded alone. If the database refuses the
+    outcome's content, a clean failure (``unstorable``) is recorded in its place at once,
+    rather than leaving the attempt running until its lease expires.
     """
     execution, token = finish.attempt.claim.execution, finish.attempt.claim.token
 
-    def record(with_log: bool) -> bool:
+    def record(finish: Finish, with_log: bool) -> bool:
         with transaction.atomic():
             if with_log:
                 logs.write([finish.log])
@@ -278,20 +300,47 @@ def record_finish(finish: Finish, node: str) -> tuple[bool, bool]:
     log_written = finish.log_with_outcome
     try:
         try:
-            moved = record(log_written)
+            moved = record(finish, log_written)
+        except CONTENT_ERRORS:
+            raise
         except DatabaseLibraryError:
             # The log row may have been refused, or the connection dropped while it sat idle
             # (MySQL's rollback does not notice): retry the outcome alone on a fresh connection.
             logger.warning("could not write the outcome of %s; retrying it alone", execution.occurrence_id)
             db.drop_broken_connections()
             log_written = False
-            moved = record(False)
+            moved = record(finish, False)
+    except CONTENT_ERRORS:
+        logger.warning("the database refused the outcome of %s; recording a failure", execution.occurrence_id)
+        db.drop_broken_connections()
+        finish = plan_finish(finish.attempt, finish.now, unstorable(finish), finish.from_status)
+        log_written = False
+        try:
+            moved = record(finish, False)
+        except (DatabaseLibraryError, ValueError):
+            logger.warning(
+                "could not record the outcome of %s; its lease will expire", execution.occurrence_id
+            )
+            return finish, False, False
     except DatabaseLibraryError:
         logger.warning("could not record the outcome of %s; its lease will expire", execution.occurrence_id)
-        return False, False
+        return finish, False, False
     if not moved:
         logger.warning("lease lost for %s; outcome not recorded", execution.occurrence_id)
-    return moved, log_written
+    return finish, moved, log_written
+
+
+def unstorable(finish: Finish) -> Outcome:
+    """What is recorded for an outcome the database refused: a failure with its kind's code, never retried
+    when it stands for a success (the handler's effects happened)."""
+    config = finish.attempt.claim.task.handler
+    kind = config.get("kind") if isinstance(config, dict) else None
+    code = UNSTORABLE_CODES.get(str(kind), EXECUTION_FAILED)
+    error = {"code": code, "message": "The database refused the outcome; it was not stored."}
+    outcome = finish.outcome
+    if outcome.status == Status.INTERRUPTED:
+        return Outcome(Status.INTERRUPTED, outcome.reason, error={"reason": outcome.reason, **error})
+    return Outcome(Status.FAILED, "failed", error=error, retryable=outcome.status == Status.FAILED)
 
 
 def _finish(
@@ -307,8 +356,9 @@ def _finish(
     if attempt.writer is not None:
         finish, done, log_written = attempt.writer.finish(attempt, outcome, from_status)
     else:
-        finish = plan_finish(attempt, clock.now(), outcome, from_status)
-        done, log_written = record_finish(finish, node)
+        finish, done, log_written = record_finish(
+            plan_finish(attempt, clock.now(), outcome, from_status), node
+        )
     if not done:
         return False
     execution.status = finish.to_status

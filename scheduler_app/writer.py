@@ -110,7 +110,7 @@ class JournalWriter:
                     continue
                 try:
                     answers = write(group, self._node, self._clock.now())
-                except (DatabaseError, InterfaceError):
+                except (DatabaseError, InterfaceError, ValueError):
                     logger.warning("a batch of %s journal writes failed; writing them one by one", len(group))
                     db.drop_broken_connections()
                 else:
@@ -133,7 +133,7 @@ class JournalWriter:
                 request.answer.set_result((record_start(request.attempt, self._node, now), now))
             else:
                 finish = plan_finish(request.attempt, now, request.outcome, request.from_status)
-                request.answer.set_result((finish, *record_finish(finish, self._node)))
+                request.answer.set_result(record_finish(finish, self._node))
         except Exception as exc:
             request.answer.set_exception(exc)
         finally:
@@ -148,7 +148,7 @@ def start_batch(attempts: list[Attempt], node: str, now: datetime) -> None:
     write = write_statement if db.server_binding() else write_batch
     try:
         answers = write(requests, node, now)
-    except (DatabaseError, InterfaceError):
+    except (DatabaseError, InterfaceError, ValueError):
         logger.warning(
             "starting %s claimed attempts together failed; their workers start them", len(attempts)
         )

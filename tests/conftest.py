@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from tests import hooks
@@ -61,3 +64,26 @@ def runners(tmp_path):
     yield group
     for process in group.started:
         process.kill()
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    """A local HTTP server on 127.0.0.1 (tests/http_servers.py)."""
+    from tests.http_servers import Server, start, stop
+
+    local = start(Server())
+    yield local
+    stop(local)
+
+
+@pytest.fixture
+def other_server() -> Iterator[Any]:
+    """A second local HTTP server, on 127.0.0.2."""
+    from tests.http_servers import Server, start, stop
+
+    try:
+        local = start(Server("127.0.0.2"))
+    except OSError:
+        pytest.skip("127.0.0.2 is not available")
+    yield local
+    stop(local)

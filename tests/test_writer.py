@@ -91,7 +91,7 @@ def run_singly(attempts: list[Attempt], clock) -> None:
         assert record_start(attempt, "node-a", clock.now())
         attempt.claim.execution.started_at = clock.now()
     for attempt, outcome in zip(attempts, OUTCOMES, strict=True):
-        assert record_finish(plan_finish(attempt, clock.now(), outcome, Status.RUNNING), "node-a")[0]
+        assert record_finish(plan_finish(attempt, clock.now(), outcome, Status.RUNNING), "node-a")[1]
 
 
 def run_batched(attempts: list[Attempt], clock, write) -> None:

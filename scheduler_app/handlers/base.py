@@ -39,6 +39,11 @@ class Handler:
         restored: dict[str, Any] = restore_masked(submitted, stored, self.mask(stored))
         return restored
 
+    def secrets(self, config: dict[str, Any]) -> list[str]:
+        """The config's secret values in every form a response may echo them (plain, percent-encoded,
+        base64): each is replaced by ``***`` in the results and errors stored. Override when it holds secrets."""
+        return []
+
     def run(self, event: TaskEvent) -> Any:
         raise NotImplementedError
 

@@ -10,7 +10,7 @@ import re
 import time
 from dataclasses import dataclass
 from typing import Any, TypeGuard
-from urllib.parse import unquote, unquote_plus, urljoin, urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, unquote, unquote_plus, urljoin, urlsplit, urlunsplit
 
 import requests
 import urllib3
@@ -23,6 +23,7 @@ from scheduler_app.events import ExecutionContext, TaskEvent
 from scheduler_app.handlers.base import Handler, HandlerError
 from scheduler_app.handlers.http_network import AddressRefused, NetworkPolicy
 from scheduler_app.handlers.http_transport import Aborted, PinnedAdapter, Route, Watchdog
+from scheduler_app.storable import storable
 
 API_FAILED = "scheduler:025"
 KEYS = frozenset(
@@ -32,6 +33,8 @@ METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 SCHEMES = ("http", "https")
 MAX_URL_LENGTH = 2048
 MAX_TIMEOUT = 3600
+# The largest max_response_bytes (1 GiB): the body is streamed, but reading it takes time and bandwidth.
+MAX_RESPONSE_BYTES = 1024 * 1024 * 1024
 MAX_REDIRECTS = 3
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 SCHEDULER_HEADERS = frozenset({"idempotency-key", "x-scheduler-sequence", "x-scheduler-attempt"})
@@ -41,8 +44,10 @@ CHUNK_BYTES = 64 * 1024
 EXCERPT_BYTES = 1024
 EXCERPT_CHARS = 200
 MASK = "***"
-# Shorter values are not worth scrubbing from excerpts and would garble them.
+# Shorter values are not worth scrubbing from results and excerpts and would garble them. Query
+# values are often plain words or numbers ("json", "2026"); a token there is longer.
 MIN_SECRET_LENGTH = 4
+MIN_QUERY_SECRET_LENGTH = 8
 TRANSPORT_ERRORS = (
     requests.RequestException,
     urllib3.exceptions.HTTPError,
@@ -73,8 +78,12 @@ class HttpHandler(Handler):
         if "timeout" in config and not (_is_number(timeout) and 0 < timeout <= MAX_TIMEOUT):
             errors["timeout"] = [f"Must be a number of seconds above 0 and at most {MAX_TIMEOUT}."]
         size = config.get("max_response_bytes")
-        if "max_response_bytes" in config and not (_is_number(size) and isinstance(size, int) and size > 0):
-            errors["max_response_bytes"] = ["Must be a positive integer (bytes)."]
+        if "max_response_bytes" in config and not (
+            _is_number(size) and isinstance(size, int) and 0 < size <= MAX_RESPONSE_BYTES
+        ):
+            errors["max_response_bytes"] = [
+                f"Must be a positive integer of bytes, at most {MAX_RESPONSE_BYTES}."
+            ]
         if not isinstance(config.get("follow_redirects", False), bool):
             errors["follow_redirects"] = ["Must be true or false."]
         return errors
@@ -95,10 +104,17 @@ class HttpHandler(Handler):
         restored = dict(super().unmask(submitted, stored))
         if MASK in restored["url"]:
             restored["url"] = unmask_url(restored["url"], stored["url"])
-        return restored
+        # Where the restored URL really goes decides, whatever the text around the *** said.
+        return restored if _same_origin(restored["url"], stored["url"]) else submitted
+
+    def secrets(self, config: dict[str, Any]) -> list[str]:
+        return _secrets(config)
 
     def run(self, event: TaskEvent) -> Any:
         config = event.task.handler or {}
+        if _url_errors(config.get("url")):
+            # Stored before its URL was refused, or written around validation.
+            raise HandlerError(API_FAILED, "The task's URL cannot be used; correct it in the task.")
         http_settings = scheduler_settings.HTTP
         timeout = config.get("timeout", http_settings["TIMEOUT"])
         call = _Call(
@@ -116,7 +132,7 @@ class HttpHandler(Handler):
                 if exc.reason == "cancelled":
                     return None
                 raise HandlerError(API_FAILED, f"No complete response within {timeout:g} s.") from None
-        return response.result(call.keep_bytes)
+        return response.result(call.keep_bytes, call.secrets)
 
 
 @dataclass(frozen=True)
@@ -131,8 +147,11 @@ class _Response:
     body: bytes
     size: int
 
-    def result(self, keep_bytes: int) -> dict[str, Any]:
-        """The stored result: JSON when the response is JSON and complete, else text cut at keep_bytes."""
+    def result(self, keep_bytes: int, secrets: list[str]) -> dict[str, Any]:
+        """The stored result: JSON when the response is JSON and complete, else text cut at keep_bytes.
+
+        A secret across the cut is cut off whole, so no part of it is kept.
+        """
         truncated = self.size > keep_bytes
         if not truncated and _is_json_type(self.content_type):
             try:
@@ -143,11 +162,9 @@ class _Response:
                 }
             except (ValueError, RecursionError):
                 pass
-        return {
-            "status": self.status,
-            "body": _decode(self.body[:keep_bytes], self.encoding),
-            "truncated": truncated,
-        }
+        text = _decode(self.body, self.encoding)
+        cut = len(_decode(self.body[:keep_bytes], self.encoding))
+        return {"status": self.status, "body": _shown(text, cut, secrets), "truncated": truncated}
 
 
 @dataclass(frozen=True)
@@ -181,8 +198,9 @@ class _Call:
     def send(self, method: str, url: str, body: Any, watchdog: Watchdog) -> _Response:
         """One exchange with the host of ``url``, at an address the policy allows."""
         watchdog.check()
+        target = _origin(url)
         # Credentials (configured headers and URL userinfo) go to the configured origin only.
-        same_origin = _origin(url) == _origin(self.config["url"])
+        same_origin = target == _origin(self.config["url"])
         headers = default_headers()
         headers["Accept-Encoding"] = "gzip, deflate"
         if same_origin:
@@ -198,18 +216,21 @@ class _Call:
         request = requests.Request(
             method, url, headers=headers, json=body, auth=auth if any(auth) else None
         ).prepare()
-        parts = urlsplit(str(request.url))
-        host = parts.hostname or ""
+        if _origin(str(request.url)) != target:
+            raise HandlerError(API_FAILED, "The URL cannot be used.")
+        _, host, port = target
         try:
-            addresses = self.policy.resolve(host, parts.port or (443 if parts.scheme == "https" else 80))
+            addresses = self.policy.resolve(host, port)
         except AddressRefused as exc:
             raise HandlerError(API_FAILED, str(exc)) from None
         adapter = PinnedAdapter(Route(addresses, watchdog))
         try:
             with adapter.send(request, stream=True, timeout=watchdog.remaining() + 1) as response:
                 success = 200 <= response.status_code < 300
-                limit = self.max_bytes if success else EXCERPT_BYTES
-                kept, size = _read(response, limit, self.keep_bytes + 1 if success else EXCERPT_BYTES)
+                # Past what is shown, enough to see whole any secret that starts before the cut.
+                margin = max((len(secret.encode()) for secret in self.secrets), default=0)
+                limit = self.max_bytes if success else EXCERPT_BYTES + margin
+                kept, size = _read(response, limit, self.keep_bytes + 1 + margin if success else limit)
                 # A cut connection can end a body without a length like a complete one.
                 watchdog.check()
                 if success and size > self.max_bytes:
@@ -247,13 +268,27 @@ class _Call:
             if follow:
                 return f"More than {MAX_REDIRECTS} redirects, the last from {response.host}."
             return f"{response.host} answered HTTP {response.status}, a redirect; follow_redirects is off."
-        excerpt = " ".join(_decode(response.body, response.encoding).split())
-        for secret in self.secrets:
-            excerpt = excerpt.replace(secret, MASK)
-        if len(excerpt) > EXCERPT_CHARS:
-            excerpt = excerpt[:EXCERPT_CHARS] + "..."
+        window = " ".join(_decode(response.body, response.encoding).split())
+        cut = len(" ".join(_decode(response.body[:EXCERPT_BYTES], response.encoding).split()))
+        cut = min(cut, EXCERPT_CHARS)
+        excerpt = _shown(window, cut, self.secrets)
+        if cut < len(window) or response.size > len(response.body):
+            excerpt += "..."
         message = f"{response.host} answered HTTP {response.status}"
         return f"{message}: {excerpt}" if excerpt else f"{message}."
+
+
+def _shown(text: str, cut: int, secrets: list[str]) -> str:
+    """``text[:cut]`` with every secret masked, cut sooner where a secret runs across the cut: no
+    part of a secret is ever kept. ``text`` must run past ``cut`` by the longest secret, if it goes on."""
+    moved = True
+    while moved:
+        moved = False
+        for secret in secrets:
+            start = text.find(secret, max(0, cut - len(secret) + 1))
+            if 0 <= start < cut:
+                cut, moved = start, True
+    return storable(text[:cut], secrets)  # type: ignore[no-any-return]
 
 
 def _read(response: requests.Response, limit: int, keep: int) -> tuple[bytes, int]:
@@ -284,6 +319,9 @@ def _transport_message(exc: BaseException, host: str) -> str:
 
 def mask_url(url: str) -> str:
     """The URL with its userinfo password (or a lone user name), query values and fragment masked."""
+    if "\\" in url:
+        # Its parts cannot be told apart with certainty (a row stored before such URLs were refused).
+        return MASK
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -338,12 +376,11 @@ def unmask_url(url: str, stored: str) -> str:
 
 
 def _same_origin(url: Any, other: Any) -> bool:
-    if not (isinstance(url, str) and isinstance(other, str)):
+    if not (isinstance(url, str) and isinstance(other, str)) or "\\" in url + other:
         return False
     try:
-        a, b = urlsplit(url), urlsplit(other)
-        return (a.scheme.lower(), a.hostname, a.port) == (b.scheme.lower(), b.hostname, b.port)
-    except ValueError:
+        return _origin(url) == _origin(other)
+    except (requests.RequestException, ValueError):
         return False
 
 
@@ -362,18 +399,49 @@ LEFT_MASKED = "*** stands for a stored secret, kept only while the scheme, host 
 
 
 def _secrets(config: dict[str, Any]) -> list[str]:
-    """Configured values that must never reach a message: header values, userinfo, query values."""
-    values: set[str] = set((config.get("headers") or {}).values())
-    parts = urlsplit(config.get("url", ""))
-    if parts.username or parts.password:
-        user, password = unquote(parts.username or ""), unquote(parts.password or "")
-        values.update({user, password, parts.username or "", parts.password or ""})
-        values.add(base64.b64encode(f"{user}:{password}".encode("latin-1", "replace")).decode())
-    for part in parts.query.split("&"):
-        value = part.partition("=")[2]
-        values.update({value, unquote_plus(value)})
+    """Configured values that must never be stored or shown, in the forms a response may echo them:
+    header values (and the credentials of a Basic or Bearer one), userinfo, query values; each plain,
+    percent-encoded and decoded, and the user and password as a Basic credential."""
+    values: set[str] = set()
+    for value in (config.get("headers") or {}).values():
+        if isinstance(value, str):
+            values.add(value)
+            scheme, _, credential = value.partition(" ")
+            if scheme.lower() in ("basic", "bearer", "token") and credential:
+                values.update({credential, *_basic_parts(credential)})
+    query_values: set[str] = set()
+    url = config.get("url", "")
+    for text in {url, *_sent_forms(url)}:
+        parts = urlsplit(text)
+        if parts.username or parts.password:
+            user, password = unquote(parts.username or ""), unquote(parts.password or "")
+            values.update({user, password, parts.username or "", parts.password or ""})
+            values.add(base64.b64encode(f"{user}:{password}".encode("latin-1", "replace")).decode())
+        for part in parts.query.split("&"):
+            value = part.partition("=")[2]
+            query_values.update({value, unquote_plus(value)})
+        query_values.add(parts.fragment)
+    secrets = {value for value in values if len(value) >= MIN_SECRET_LENGTH}
+    secrets.update(value for value in query_values if len(value) >= MIN_QUERY_SECRET_LENGTH)
+    encoded = {form for value in secrets for form in (quote(value, safe=""), quote_plus(value))}
     # Longest first, so that a secret containing another is masked whole.
-    return sorted((value for value in values if len(value) >= MIN_SECRET_LENGTH), key=len, reverse=True)
+    return sorted(secrets | encoded, key=len, reverse=True)
+
+
+def _sent_forms(url: Any) -> list[str]:
+    try:
+        return [_prepared(url)] if isinstance(url, str) else []
+    except (requests.RequestException, ValueError):
+        return []
+
+
+def _basic_parts(credential: str) -> list[str]:
+    """The user and password a Basic credential encodes, when it is one."""
+    try:
+        user, colon, password = base64.b64decode(credential, validate=True).decode("latin-1").partition(":")
+    except (ValueError, UnicodeError):
+        return []
+    return [user, password] if colon else []
 
 
 def _url_errors(url: Any) -> list[str]:
@@ -384,6 +452,9 @@ def _url_errors(url: Any) -> list[str]:
         return [f"At most {MAX_URL_LENGTH} characters."]
     if any(char.isspace() or not char.isprintable() for char in url):
         return ["Must not contain spaces or control characters."]
+    if "\\" in url:
+        # Parsers disagree on where the host of a URL with a backslash ends.
+        return ["Must not contain a backslash: write it as %5C."]
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises ValueError for a bad port)
@@ -394,7 +465,8 @@ def _url_errors(url: Any) -> list[str]:
     if not parts.hostname:
         return ["Must include a host."]
     try:
-        requests.PreparedRequest().prepare_url(url, None)
+        if not _read_alike(url):
+            return ["Must be a URL whose user, host and port read the same to every parser."]
     except (requests.RequestException, ValueError):
         return ["Must be a valid URL."]
     if _masked_parts(url):
@@ -428,10 +500,39 @@ def _header_errors(headers: Any) -> list[str]:
     return errors
 
 
+def _prepared(url: str) -> str:
+    """The URL as requests sends it (IDNA host, quoted path and query)."""
+    request = requests.PreparedRequest()
+    request.prepare_url(url, None)
+    return str(request.url)
+
+
 def _origin(url: str) -> tuple[str, str, int]:
-    parts = urlsplit(url)
+    """Where a request for ``url`` goes: scheme, host and port of the URL requests sends.
+
+    The one parse behind unmasking, the same-origin test, the address check and the
+    connection; ``_url_errors`` refuses a URL whose text another parser would read otherwise.
+    """
+    parts = urlsplit(_prepared(url))
     scheme = parts.scheme.lower()
     return scheme, parts.hostname or "", parts.port or (443 if scheme == "https" else 80)
+
+
+def _read_alike(url: str) -> bool:
+    """Whether the URL's text has the userinfo, host and port of the URL requests sends, so
+    masking (which edits the text) and the request see the same parts."""
+    raw, sent = urlsplit(url), urlsplit(_prepared(url))
+    if (raw.scheme.lower(), raw.port) != (sent.scheme, sent.port):
+        return False
+    if (unquote(raw.username or ""), unquote(raw.password or "")) != (
+        unquote(sent.username or ""),
+        unquote(sent.password or ""),
+    ):
+        return False
+    host = raw.hostname or ""
+    # A non-ASCII host is sent IDNA-encoded; backslashes, the only delimiter the parsers
+    # disagree on, are refused before this.
+    return not host.isascii() or host == sent.hostname
 
 
 def _is_json_type(content_type: str) -> bool:

@@ -48,7 +48,8 @@ def category(address: IPAddress) -> str:
         return "multicast"
     if address.is_reserved:
         return "reserved"
-    if address.is_private or not address.is_global:
+    # fec0::/10 (site-local) is deprecated but still routed inside sites; Python counts it global.
+    if address.is_private or not address.is_global or getattr(address, "is_site_local", False):
         return "private"
     return "public"
 
