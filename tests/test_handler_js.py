@@ -16,9 +16,9 @@ from django.test import override_settings
 from scheduler_app import scheduler
 from scheduler_app.events import ExecutionContext, TaskEvent
 from scheduler_app.exceptions import InvalidDefinition
-from scheduler_app.handlers import javascript
+from scheduler_app.handlers import javascript, js_pool
 from scheduler_app.handlers.base import HandlerError
-from scheduler_app.handlers.js_pool import close_shared_pool
+from scheduler_app.handlers.js_pool import Pool, close_shared_pool
 from scheduler_app.models import Execution, Status, Task
 from tests.factories import definition, inline_runner
 from tests.processes import RunnerProcess
@@ -243,6 +243,94 @@ def test_each_attempt_gets_a_fresh_global_scope(clock):
     scheduler.register(definition("second", handler=js(code)))
     executions = run_due(clock)
     assert executions["first"].result == executions["second"].result == 1
+
+
+# -- text that is not well-formed --------------------------------------------
+
+REPLACED = "\N{REPLACEMENT CHARACTER}"
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        ("() => { throw new Error('bad\\ud800thing'); }", f"Error: bad{REPLACED}thing"),
+        ("() => { throw 'lone \\udc00'; }", f"Uncaught lone {REPLACED}"),
+        ("async () => { throw new TypeError('x\\ud800'); }", f"TypeError: x{REPLACED}"),
+        ("() => Promise.reject('\\udfff\\ud800y')", f"Uncaught {REPLACED}{REPLACED}y"),
+        (
+            "() => ({ toJSON() { throw new Error('\\ud800'); } })",
+            f"The result is not JSON: Error: {REPLACED}",
+        ),
+    ],
+)
+def test_lone_surrogates_in_error_messages_become_replacement_characters(code, message):
+    # A timeout would end the attempt as "timed out": the exact message shows the error arrived.
+    with pytest.raises(HandlerError) as caught:
+        javascript.JavaScriptHandler().run(event_for(code, timeout=20))
+    assert (caught.value.code, caught.value.message) == ("scheduler:024", message)
+
+
+def test_a_result_with_lone_surrogates_and_nul_comes_back_escaped():
+    result = javascript.JavaScriptHandler().run(
+        event_for("() => ({ '\\ud800': '\\u0000x\\udc00' })", timeout=20)
+    )
+    assert result == {"\ud800": "\x00x\udc00"}
+
+
+def test_a_promise_with_its_own_then_cannot_hand_back_raw_text():
+    code = "() => { const promise = Promise.resolve(1); promise.then = () => 'raw \\ud800'; return promise; }"
+    assert javascript.JavaScriptHandler().run(event_for(code, timeout=20)) == 1
+
+
+def test_text_that_cannot_be_decoded_fails_the_attempt_at_once():
+    # A replaced Promise.prototype.then hands mini-racer a lone surrogate, past the wrapper.
+    code = (
+        "() => { Promise.prototype.then = function (resolve, reject) { reject('\\ud800'); };"
+        " return Promise.resolve(1); }"
+    )
+    handler = javascript.JavaScriptHandler()
+    with pytest.raises(HandlerError) as caught:
+        handler.run(event_for(code, timeout=20))
+    assert (caught.value.code, caught.value.message) == (
+        "scheduler:024",
+        "The value from JavaScript is not well-formed text.",
+    )
+    assert handler.run(event_for("() => 'next'")) == "next"
+
+
+def test_a_compile_error_with_a_lone_surrogate_is_reported_with_a_replacement_character():
+    code = "() => /(\ud800/"
+    message = f"SyntaxError: Invalid regular expression: /({REPLACED}/: Unterminated group"
+    handler = javascript.JavaScriptHandler()
+    assert handler.validate(js(code)) == {"code": [f"scheduler:030 {message}"]}
+    with pytest.raises(HandlerError) as caught:
+        handler.run(event_for(code, timeout=20))
+    assert (caught.value.code, caught.value.message) == ("scheduler:030", message)
+
+
+FAKE_CHILD = """
+import os, struct
+os.read(0, struct.unpack("!I", os.read(0, 4))[0])
+os.write(1, struct.pack("!I", len(BODY)) + BODY)
+"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[1]", b"null", b'{"result": 5}', b'{"error": "no code"}', b'{"code": "x", "error": 5}', b"\xff\xfe"],
+)
+def test_an_answer_of_the_wrong_shape_fails_with_024(tmp_path, monkeypatch, body):
+    child = tmp_path / "child.py"
+    child.write_text(f"BODY = {body!r}\n{FAKE_CHILD}")
+    monkeypatch.setattr(js_pool, "CHILD", child)
+    pool = Pool(128)
+    with pytest.raises(HandlerError) as caught:
+        pool.ask({}, time.monotonic() + 10)
+    assert (caught.value.code, caught.value.message) == (
+        "scheduler:024",
+        "The JavaScript process sent a malformed answer.",
+    )
+    pool.close()
 
 
 # -- hostile code -----------------------------------------------------------

@@ -62,7 +62,8 @@ class JavaScriptHandler(Handler):
 
 def compile_error(code: str) -> str:
     """Why ``code`` does not compile ("" when it does); checked once per distinct source."""
-    digest = hashlib.sha256(code.encode()).hexdigest()
+    # surrogatepass: code sent as JSON may hold lone surrogates; V8 reports them as U+FFFD.
+    digest = hashlib.sha256(code.encode(errors="surrogatepass")).hexdigest()
     with _checked_lock:
         known = _checked.get(digest)
     if known is not None:

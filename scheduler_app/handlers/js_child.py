@@ -24,8 +24,10 @@ import struct
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 HEADER = struct.Struct("!I")
 JS_FAILED = "scheduler:024"
 JS_COMPILE_FAILED = "scheduler:030"
@@ -35,11 +37,15 @@ ALARM_MARGIN = 10
 
 # Built-ins are taken before the task's code runs, so that code cannot swap them under the wrapper.
 # The prefix of the returned string says what it is: R (a JSON result), E (an error), C (no compile).
+# Text leaves V8 well-formed: mini-racer cannot decode a lone surrogate, so its answer would never
+# arrive. JSON.stringify escapes them itself; messages get U+FFFD in their place.
 SCRIPT = """(() => {
   const stringify = JSON.stringify, toText = String, isError = (e) => e instanceof Error;
+  const apply = Reflect.apply, toWellFormed = String.prototype.toWellFormed;
   const describe = (error) => {
-    try { return isError(error) ? `${error.name}: ${error.message}` : `Uncaught ${toText(error)}`; }
-    catch { return "An exception was thrown."; }
+    try {
+      return apply(toWellFormed, isError(error) ? `${error.name}: ${error.message}` : `Uncaught ${toText(error)}`, []);
+    } catch { return "An exception was thrown."; }
   };
   const tooLarge = "EThe result is larger than %(max)d bytes.";
   const encode = (value) => {
@@ -55,6 +61,11 @@ SCRIPT = """(() => {
       return typeof text === "string" ? "R" + text : "EThe result is not JSON.";
     } catch (error) { return error === tooLarge ? error : "EThe result is not JSON: " + describe(error); }
   };
+  // An async function settles as a native promise with its own text, whatever "then" the value has.
+  const NativePromise = Promise;
+  const settle = async (promise) => {
+    try { return encode(await promise); } catch (error) { return "E" + describe(error); }
+  };
   const setTimeout = globalThis.setTimeout;
   if (typeof setTimeout === "function") {
     // mini-racer 0.14 throws for a zero delay.
@@ -68,7 +79,7 @@ SCRIPT = """(() => {
     const fn = factory();
     if (typeof fn !== "function") return "EThe code must be a function expression.";
     const value = fn(%(context)s);
-    return value instanceof Promise ? value.then(encode, (error) => "E" + describe(error)) : encode(value);
+    return value instanceof NativePromise ? settle(value) : encode(value);
   } catch (error) { return "E" + describe(error); }
 })()"""
 
@@ -83,9 +94,8 @@ def main() -> None:
     sys.unraisablehook = lambda unraisable: None
     answers = os.dup(1)
     os.dup2(2, 1)
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-    with mini_racer(loop) as racer:
+    loop = EventLoop()
+    with mini_racer(loop.loop) as racer:
         racer.eval("0")
     limit_data(2 * memory_limit_mb * 1024 * 1024)
     while (request := read_frame(0)) is not None:
@@ -96,7 +106,47 @@ def main() -> None:
         write_frame(answers, answer)
 
 
-def run(request: dict[str, Any], loop: asyncio.AbstractEventLoop) -> dict[str, Any]:
+class Undecodable(Exception):
+    """mini-racer could not decode a string from V8 (it is not well-formed UTF-16)."""
+
+
+class EventLoop:
+    """The event loop mini-racer runs on, in a thread; a string it cannot decode fails the evaluation at once."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(self._on_error)
+        self._evaluation: asyncio.Task[Any] | None = None
+        self._undecodable = False
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float) -> T:
+        """The coroutine's value; TimeoutError after ``timeout`` seconds."""
+        return asyncio.run_coroutine_threadsafe(self._guard(coroutine, timeout), self.loop).result()
+
+    async def _guard(self, coroutine: Coroutine[Any, Any, T], timeout: float) -> T:
+        self._evaluation, self._undecodable = asyncio.current_task(), False
+        try:
+            async with asyncio.timeout(timeout):
+                return await coroutine
+        except asyncio.CancelledError:
+            if self._undecodable:
+                raise Undecodable from None
+            raise
+        finally:
+            self._evaluation = None
+
+    def _on_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # mini-racer decodes V8's values in callbacks on this loop: when one fails, the value never
+        # reaches the evaluation that waits for it, which would wait for its deadline.
+        if not isinstance(context.get("exception"), UnicodeDecodeError):
+            loop.default_exception_handler(context)
+        elif self._evaluation is not None:
+            self._undecodable = True
+            self._evaluation.cancel()
+
+
+def run(request: dict[str, Any], loop: EventLoop) -> dict[str, Any]:
     """Run or check one request in a fresh isolate, always closed before the answer is sent."""
     from py_mini_racer import JSEvalException, JSPromise, JSPromiseError, mini_racer
 
@@ -108,16 +158,23 @@ def run(request: dict[str, Any], loop: asyncio.AbstractEventLoop) -> dict[str, A
         "max": request["result_max_bytes"],
     }
     try:
-        with mini_racer(loop) as racer:
+        with mini_racer(loop.loop) as racer:
             racer.set_hard_memory_limit(request["memory_bytes"])
+
+            async def evaluate() -> Any:
+                settled = await racer.eval_cancelable(script)
+                return await settled if isinstance(settled, JSPromise) else settled
+
             try:
-                value = racer.eval(script, timeout_sec=_remaining(deadline))
-                if isinstance(value, JSPromise):
-                    value = value.get(timeout=_remaining(deadline))
+                value = loop.run(evaluate(), _remaining(deadline))
+            except TimeoutError:
+                return {"code": JS_FAILED, "error": "timed out"}
             except (JSEvalException, JSPromiseError) as exc:
                 return _failure(exc, racer.was_hard_memory_limit_reached(), request["memory_bytes"])
     except MemoryError:
         return {"code": JS_FAILED, "error": "Out of memory."}
+    except Undecodable:
+        return {"code": JS_FAILED, "error": "The value from JavaScript is not well-formed text."}
     if not isinstance(value, str) or not value:
         return {"code": JS_FAILED, "error": "The result is not JSON."}
     kind, text = value[0], value[1:]

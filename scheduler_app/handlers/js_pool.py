@@ -13,7 +13,7 @@ import threading
 import time
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from scheduler_app.handlers.base import HandlerError
 from scheduler_app.handlers.js_child import HEADER, JS_FAILED
@@ -67,9 +67,11 @@ class Child:
         if size > MAX_ANSWER_BYTES:
             raise HandlerError(JS_FAILED, "The JavaScript process sent an oversized answer.")
         try:
-            answer: dict[str, Any] = json.loads(self._read(size, deadline, cancelled))
+            answer = json.loads(self._read(size, deadline, cancelled))
         except ValueError:
-            raise HandlerError(JS_FAILED, "The JavaScript process sent a malformed answer.") from None
+            answer = None
+        if not _well_formed(answer):
+            raise HandlerError(JS_FAILED, "The JavaScript process sent a malformed answer.")
         return answer
 
     def _read(self, size: int, deadline: float, cancelled: threading.Event) -> bytes:
@@ -175,6 +177,15 @@ class Pool:
             raise HandlerError(JS_FAILED, "The JavaScript process could not start.") from None
         self._children.add(child)
         return child
+
+
+def _well_formed(answer: Any) -> TypeGuard[dict[str, Any]]:
+    """Whether ``answer`` is ``{"result": str}`` or ``{"code": str, "error": str}``, as the child sends."""
+    if not isinstance(answer, dict):
+        return False
+    if "error" in answer:
+        return isinstance(answer.get("code"), str) and isinstance(answer["error"], str)
+    return isinstance(answer.get("result"), str)
 
 
 _pool: Pool | None = None
