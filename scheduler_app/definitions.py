@@ -1,19 +1,29 @@
-"""Validation and normalisation of task definitions (the dict users write)."""
+"""Validation and normalisation of task definitions (the dict users write).
+
+Also the checks every way in shares (Python, REST API, admin form): JSON text is read
+with ``parse_json`` and values no database could store are found by ``check_json``.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
 from scheduler_app import cron
 from scheduler_app.exceptions import InvalidCron, InvalidDefinition
 
-ID_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,128}$")
+# \Z, not $: "$" also matches before a final newline.
+ID_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,128}\Z")
 OVERLAP_CHOICES = ("skip", "buffer_one")
 MAX_ATTEMPTS = 100
 MAX_NAME_LENGTH = 200
 MAX_CRON_LENGTH = 200
+# A definition (or a REST request body) as compact JSON, and its nesting (MySQL stops at 100).
+MAX_JSON_BYTES = 1024 * 1024
+MAX_JSON_DEPTH = 32
+MAX_REPORTED = 20
 
 FIELDS = (
     "id",
@@ -52,6 +62,70 @@ def short_text(value: Any) -> str:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_json(text: str) -> Any:
+    """Read JSON text; ValueError when it is not JSON (NaN and Infinity are not) or nests past the stack."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError(f"Nested too deeply (at most {MAX_JSON_DEPTH} levels).") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def check_json(value: Any, path: str, errors: Errors, depth: int = 0) -> None:
+    """Collect the places in ``value`` that PostgreSQL, MySQL or SQLite could not store as sent.
+
+    NUL characters and unpaired surrogates in strings or keys, numbers that
+    are not finite, and nesting deeper than MAX_JSON_DEPTH.
+    """
+    if len(errors) >= MAX_REPORTED:
+        return
+    if depth > MAX_JSON_DEPTH:
+        errors.setdefault(path, []).append(f"Nested too deeply (at most {MAX_JSON_DEPTH} levels).")
+    elif isinstance(value, str):
+        if problem := _text_problem(value):
+            errors.setdefault(path, []).append(problem)
+    elif isinstance(value, float) and not math.isfinite(value):
+        errors.setdefault(path, []).append("Must be a finite number.")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{path}.{_printable(key)}" if path else _printable(key)
+            if isinstance(key, str) and (problem := _text_problem(key)):
+                errors.setdefault(name, []).append(f"Key: {problem}")
+            check_json(item, name, errors, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_json(item, f"{path}.{index}" if path else str(index), errors, depth + 1)
+
+
+def _text_problem(text: str) -> str:
+    if "\x00" in text:
+        return "Must not contain NUL characters."
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "Must not contain unpaired surrogates."
+    return ""
+
+
+def _printable(key: Any) -> str:
+    """A key as error paths show it: NUL and unpaired surrogates escaped."""
+    return str(key).replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _check_storable(data: dict[str, Any]) -> None:
+    """Refuse, before any other check, values no database can store and definitions over MAX_JSON_BYTES."""
+    errors: Errors = {}
+    check_json(data, "", errors)
+    if not errors:
+        size = len(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8"))
+        if size > MAX_JSON_BYTES:
+            errors[""] = [f"The definition is larger than {MAX_JSON_BYTES} bytes as JSON."]
+    raise_if_errors(errors)
 
 
 def _is_json(value: Any) -> bool:
@@ -197,6 +271,7 @@ def validate_definition(data: Any) -> dict[str, Any]:
     """Validate a whole definition; return the model field values or raise InvalidDefinition."""
     if not isinstance(data, dict):
         raise InvalidDefinition("A task definition must be an object.", errors={"": ["Must be an object."]})
+    _check_storable(data)
     errors: Errors = {}
     unknown = sorted(str(key) for key in data if key not in FIELDS)
     if unknown:
@@ -212,6 +287,7 @@ def validate_definition(data: Any) -> dict[str, Any]:
 
 def validate_changes(changes: dict[str, Any]) -> dict[str, Any]:
     """Validate a partial update; None clears retry, handler and timezone."""
+    _check_storable(changes)
     errors: Errors = {}
     unknown = sorted(str(key) for key in changes if key not in UPDATABLE)
     if unknown:

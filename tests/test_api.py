@@ -10,13 +10,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Permission, User
 from django.db import DatabaseError, connection
 from django.test import override_settings
 from rest_framework.test import APIClient
 
 from scheduler_app import scheduler
-from scheduler_app.api.parsers import MAX_BODY_BYTES, MAX_DEPTH
+from scheduler_app.api.parsers import MAX_BODY_BYTES
+from scheduler_app.definitions import MAX_JSON_DEPTH
 from scheduler_app.exceptions import InvalidDefinition, StorageError
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Task
 from scheduler_app.services import Executions, Scheduler
@@ -711,13 +713,24 @@ def test_oversized_bodies_strings_and_nesting_are_refused(api):
     assert_error(post(api, "tasks/", definition(name="n" * 201)), 400, "scheduler:012", {"name"})
     assert_error(post(api, "tasks/", definition("x" * 129)), 400, "scheduler:012", {"id"})
     nested: Any = 1
-    for _ in range(MAX_DEPTH + 5):
+    for _ in range(MAX_JSON_DEPTH + 5):
         nested = [nested]
     response = post(api, "tasks/", definition(params={"deep": nested}))
     assert_error(response, 400, "scheduler:012")
     assert "Nested too deeply" in json.dumps(response.json())
     assert_error(raw(api, "post", "tasks/", b"[" * 5000 + b"]" * 5000), 400, "scheduler:012")
     assert not Task.objects.exists()
+
+
+def test_a_body_past_djangos_upload_limit_is_refused_as_too_large_and_changes_nothing(api):
+    scheduler.register(definition())
+    before = list(Task.objects.values())
+    body = json.dumps(definition(description="x" * 3 * 1024 * 1024)).encode()
+    assert len(body) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    for method, path in (("post", "tasks/"), ("put", "tasks/report/"), ("patch", "tasks/report/")):
+        error = assert_error(raw(api, method, path, body), 400, "scheduler:012")
+        assert error["message"] == f"The request body is larger than {MAX_BODY_BYTES} bytes.", method
+    assert list(Task.objects.values()) == before
 
 
 def test_wrong_types_answer_400_with_field_errors(api):

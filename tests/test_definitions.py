@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -10,6 +11,7 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from scheduler_app import scheduler
+from scheduler_app.definitions import MAX_JSON_BYTES, MAX_JSON_DEPTH
 from scheduler_app.exceptions import InvalidCron, InvalidDefinition, TaskAlreadyExists, TaskNotFound
 from scheduler_app.models import Task
 from tests.factories import definition
@@ -45,6 +47,7 @@ def test_register_stores_every_field_and_computes_next_run():
         ({"id": "has space"}, "id"),
         ({"id": "x" * 129}, "id"),
         ({"id": ""}, "id"),
+        ({"id": "report\n"}, "id"),
         ({"cron": "* * * * * *"}, "cron"),
         ({"cron": "61 * * * *"}, "cron"),
         ({"cron": "0 0 31 2 *"}, "cron"),
@@ -70,6 +73,40 @@ def test_invalid_definition_is_refused_with_a_field_error_and_writes_nothing(cha
     assert field in caught.value.errors
     assert caught.value.code in ("scheduler:012", "scheduler:022")
     assert not Task.objects.exists()
+
+
+def nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"name": "a\x00b"}, "name"),
+        ({"description": "\ud800"}, "description"),
+        ({"params": {"k\x00": 1}}, "params.k\\x00"),
+        ({"params": {"k": ["ok", "\udfff"]}}, "params.k.1"),
+        ({"params": {"n": float("nan")}}, "params.n"),
+        ({"handler": {"kind": "fake", "result": "a\x00"}}, "handler.result"),
+        ({"params": {"deep": nested(MAX_JSON_DEPTH + 8)}}, "params.deep." + ".".join(["0"] * 31)),
+        ({"params": {"blob": "x" * MAX_JSON_BYTES}}, ""),
+    ],
+    ids=["nul", "surrogate", "nul-key", "surrogate-item", "nan", "handler", "deep", "large"],
+)
+def test_values_no_database_can_store_are_refused_by_register_and_update(changes, field):
+    with pytest.raises(InvalidDefinition) as caught:
+        scheduler.register(definition(**changes))
+    assert field in caught.value.errors
+    assert not Task.objects.exists()
+    scheduler.register(definition())
+    before = list(Task.objects.values())
+    with pytest.raises(InvalidDefinition) as caught:
+        scheduler.update_task("report", **changes)
+    assert field in caught.value.errors
+    assert list(Task.objects.values()) == before
 
 
 def test_cron_errors_carry_their_own_code():

@@ -1,4 +1,4 @@
-"""Pieces the scheduler's admin pages share: read-only admins, secret columns and action reports."""
+"""Pieces the scheduler's admin pages share: the base admin, read-only admins and action reports."""
 
 from __future__ import annotations
 
@@ -6,28 +6,66 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import get_fields_from_path
+from django.core.exceptions import BadRequest
 from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpRequest
 
 LISTED_NAMES = 10
 
 
-class SecretFieldsAdmin(admin.ModelAdmin):
-    """An admin whose list refuses query-string filters on ``secret_fields``.
+class SchedulerAdmin(admin.ModelAdmin):
+    """The base of every scheduler admin: its list takes only the filters it offers, and no NUL.
 
-    Django accepts a filter on any local field (``?handler__icontains=...``);
-    counting the rows it matches would reveal a secret one guess at a time.
+    Django accepts a query-string filter on any local field (``?params__token__startswith=...``,
+    ``?handler__icontains=...``): counting the rows it matches would reveal, one guess at a
+    time, values the pages never show. Only the parameters of ``list_filter``,
+    ``date_hierarchy`` and ``linked_lookups`` are accepted; anything else answers 400.
     """
 
-    secret_fields: tuple[str, ...] = ()
+    # Query-string filters other scheduler pages link to, beyond those the list offers.
+    linked_lookups: tuple[str, ...] = ()
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
-        if lookup.split(LOOKUP_SEP)[0] in self.secret_fields:
-            return False
-        return super().lookup_allowed(lookup, value, request)
+        return lookup in self.offered_lookups(request)
+
+    def offered_lookups(self, request: HttpRequest) -> set[str]:
+        """The query-string parameters the list's own filters read."""
+        offered = set(self.linked_lookups)
+        if self.date_hierarchy:
+            offered.update(f"{self.date_hierarchy}{LOOKUP_SEP}{part}" for part in ("year", "month", "day"))
+        item: Any
+        for item in self.get_list_filter(request):
+            if isinstance(item, type) and issubclass(item, admin.SimpleListFilter):
+                offered.add(str(item.parameter_name))
+                continue
+            if isinstance(item, type) and issubclass(item, admin.ListFilter):
+                spec = item(request, {}, self.model, self)
+            else:
+                path, filter_class = (
+                    item if isinstance(item, (list, tuple)) else (item, admin.FieldListFilter.create)
+                )
+                field = get_fields_from_path(self.model, path)[-1]
+                spec = filter_class(field, request, {}, self.model, self, field_path=path)
+            offered.update(str(name) for name in spec.expected_parameters() if name)
+        return offered
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        # PostgreSQL refuses to compare text with NUL: a filter, search or selection holding one
+        # would be a 500.
+        for query in (request.GET, request.POST):
+            if any("\x00" in "".join((key, *values)) for key, values in query.lists()):
+                raise BadRequest("NUL characters in the request.")
+        return super().changelist_view(request, extra_context)
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        # No key holds a NUL: the object is missing, as Django says of any other id that cannot exist.
+        if "\x00" in object_id:
+            return None
+        return super().get_object(request, object_id, from_field)
 
 
-class ReadOnlyAdmin(SecretFieldsAdmin):
+class ReadOnlyAdmin(SchedulerAdmin):
     """An admin for rows only the scheduler writes: no add, change or delete."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:

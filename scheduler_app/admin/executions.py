@@ -113,8 +113,8 @@ class ExecutionAdmin(ReadOnlyAdmin):
     )
     list_filter = (StatusFilter, "trigger_type", LogFilter, "stop_requested")
     search_fields = ("task_id", "occurrence_id", "trigger_source", "owner")
-    # The execution token is a secret of the owning runner: never shown, never a filter.
-    secret_fields = ("execution_token",)
+    # The runner list links to the executions a runner holds.
+    linked_lookups = ("owner", "status__in")
     fields = (
         ("occurrence_id", "sequence"),
         ("task_id", "task_revision"),

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
+from django.forms.fields import InvalidJSONInput, JSONString
 
 from scheduler_app import definitions
 from scheduler_app.exceptions import InvalidDefinition, SchedulerError
@@ -18,6 +22,67 @@ ERROR_FIELDS = {
     "retry.max_attempts": "retry_max_attempts",
     "retry.backoff": "retry_backoff",
 }
+# Fields holding JSON: an error deeper inside one names its place ("headers.X: ...").
+JSON_FIELDS = ("params", "handler", "retry_backoff")
+ASCII_INTEGER = re.compile(r"[-+]?[0-9]+")
+
+
+class JSONText(forms.JSONField):
+    """JSON typed into a text box, read and checked as the REST API reads a body.
+
+    A refused value is shown back as it was typed: reading it again could exhaust the
+    stack, and re-encoding an unpaired surrogate (``"\\ud800"``) would make a page that
+    cannot be sent.
+    """
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled or not isinstance(value, str) or isinstance(value, JSONString):
+            return super().to_python(value)
+        if value in self.empty_values:
+            return None
+        try:
+            converted = definitions.parse_json(value)
+        except json.JSONDecodeError:
+            raise ValidationError(
+                self.error_messages["invalid"], code="invalid", params={"value": value}
+            ) from None
+        except ValueError as exc:
+            # NaN, Infinity, nesting past the stack.
+            raise ValidationError(str(exc), code="invalid") from None
+        errors: dict[str, list[str]] = {}
+        definitions.check_json(converted, "", errors)
+        if errors:
+            raise ValidationError(
+                [
+                    f"{path}: {message}" if path else message
+                    for path, messages in errors.items()
+                    for message in messages
+                ]
+            )
+        return JSONString(converted) if isinstance(converted, str) else converted
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled or data is None:
+            return super().bound_data(data, initial)
+        return InvalidJSONInput(data)
+
+    def prepare_value(self, value: Any) -> Any:
+        text = super().prepare_value(value)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A value stored before it was checked: escaped, so that the page can be sent.
+            return json.dumps(value, cls=self.encoder)
+        return text
+
+
+class ASCIIIntegerField(forms.IntegerField):
+    """An integer in ASCII digits: int() alone would also read "١٢" as 12."""
+
+    def to_python(self, value: Any) -> int | None:
+        if isinstance(value, str) and value.strip() and not ASCII_INTEGER.fullmatch(value.strip()):
+            raise ValidationError(self.error_messages["invalid"], code="invalid")
+        return super().to_python(value)
 
 
 class TaskForm(forms.ModelForm):
@@ -31,6 +96,14 @@ class TaskForm(forms.ModelForm):
     class Meta:
         model = Task
         fields = ("id", *definitions.MODEL_FIELDS)
+        field_classes = {
+            "params": JSONText,
+            "handler": JSONText,
+            "retry_backoff": JSONText,
+            "retry_max_attempts": ASCIIIntegerField,
+            "max_concurrency": ASCIIIntegerField,
+            "misfire_grace_seconds": ASCIIIntegerField,
+        }
         labels = {"retry_max_attempts": "Retry: max attempts", "retry_backoff": "Retry: backoff (seconds)"}
         help_texts = {
             "cron": "Five fields: minute hour day-of-month month day-of-week.",
@@ -112,10 +185,12 @@ class TaskForm(forms.ModelForm):
         scheduler.update_task(self.instance.id, **changes)
 
     def _add_definition_error(self, key: str, messages: list[str]) -> None:
-        field, _, sub = key.partition(".")
-        name = ERROR_FIELDS.get(key, field) or None
-        if name is not None and name not in self.fields:
-            name = None
-        prefix = f"{sub}: " if field == "handler" and sub else ""
+        parts = key.split(".")
+        heads = (".".join(parts[:size]) for size in range(len(parts), 1, -1))
+        head = next((head for head in heads if head in ERROR_FIELDS), parts[0])
+        sub = key[len(head) + 1 :]
+        field = ERROR_FIELDS.get(head, head)
+        name = field if field in self.fields else None
+        prefix = f"{sub}: " if sub and field in JSON_FIELDS else ""
         for message in messages:
             self.add_error(name, f"{prefix}{message}")

@@ -18,7 +18,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import ngettext
 
 from scheduler_app import cron
-from scheduler_app.admin.common import SecretFieldsAdmin, actor, tell
+from scheduler_app.admin.common import SchedulerAdmin, actor, tell
 from scheduler_app.admin.crontext import describe
 from scheduler_app.admin.forms import TaskForm
 from scheduler_app.exceptions import SchedulerError, TaskNotFound
@@ -62,9 +62,8 @@ def _both_zones(instant: datetime, zone_name: str) -> SafeString:
 
 
 @admin.register(Task)
-class TaskAdmin(SecretFieldsAdmin):
+class TaskAdmin(SchedulerAdmin):
     form = TaskForm
-    secret_fields = ("handler",)
     list_display = ("id", "name", "schedule", "zone", "enabled", "next_run", "last_outcome")
     list_filter = ("enabled", LastOutcomeFilter, "overlap", "idempotent")
     search_fields = ("id", "name", "description")

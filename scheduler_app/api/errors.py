@@ -14,11 +14,13 @@ import uuid
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from scheduler_app.api.parsers import TOO_BIG
 from scheduler_app.exceptions import (
     Conflict,
     ExecutionNotFound,
@@ -55,6 +57,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):
+        # Past DATA_UPLOAD_MAX_MEMORY_SIZE Django refuses to read the body before the parser can.
+        exc = exceptions.ParseError(TOO_BIG)
     if isinstance(exc, exceptions.ValidationError):
         return error_response(
             status.HTTP_400_BAD_REQUEST, INPUT_ERROR_CODE, "The request is invalid.", flatten(exc.detail)

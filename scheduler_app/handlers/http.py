@@ -467,6 +467,10 @@ def _url_errors(url: Any) -> list[str]:
     try:
         if not _read_alike(url):
             return ["Must be a URL whose user, host and port read the same to every parser."]
+        # Basic authentication sends them as Latin-1, once percent-decoded.
+        "".join(get_auth_from_url(url)).encode("latin-1")
+    except UnicodeError:
+        return ["The user and password must be Latin-1 text once percent-decoded."]
     except (requests.RequestException, ValueError):
         return ["Must be a valid URL."]
     if _masked_parts(url):
