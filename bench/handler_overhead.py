@@ -53,10 +53,10 @@ def measure(kind: str, handler: dict[str, Any] | None, runs: int) -> dict[str, A
     from django.db.models import Count
 
     from scheduler_app import scheduler
-    from scheduler_app.engine import Runner
     from scheduler_app.events import ExecutionContext, TaskEvent
     from scheduler_app.handlers import registry
     from scheduler_app.models import Execution, Task
+    from scheduler_app.runner.loop import SchedulerLoop
 
     task = scheduler.register(
         {"id": f"bench-{kind}", "cron": "0 0 1 1 *", "handler": handler, "max_concurrency": 1}
@@ -71,7 +71,7 @@ def measure(kind: str, handler: dict[str, Any] | None, runs: int) -> dict[str, A
         handler_ms.append((time.perf_counter() - started) * 1000)
     for _ in range(runs):
         scheduler.trigger(task.id)
-    runner = Runner(node_id=f"bench-{kind}", workers=1, inline=True)
+    runner = SchedulerLoop(node_id=f"bench-{kind}", workers=1, inline=True)
     runner.start()
     attempt_ms = []
     for _ in range(runs):

@@ -1,12 +1,12 @@
 """Cost of one idle tick as the number of defined tasks grows.
 
-Measures, in-process, the SQL queries and wall milliseconds of ``Runner.tick()``
+Measures, in-process, the SQL queries and wall milliseconds of ``SchedulerLoop.tick()``
 when no task is due, with 100, 10,000 and 100,000 tasks defined (cron
 "0 0 1 1 *", so next_run_at is months away). The design says an idle tick is
 one indexed query whatever the number of tasks: queries per tick should stay
 at 1 and the time should stay flat.
 
-One Runner(inline=True) per size; runner.start() once, a few warm-up ticks
+One SchedulerLoop(inline=True) per size; runner.start() once, a few warm-up ticks
 (the first tick also prunes logs), then --ticks measured ticks, each wrapped
 in CaptureQueriesContext and timed with perf_counter.
 
@@ -46,9 +46,9 @@ def measure(ticks: int) -> dict[str, object]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from scheduler_app.engine import Runner
+    from scheduler_app.runner.loop import SchedulerLoop
 
-    runner = Runner(node_id="bench", workers=1, inline=True)
+    runner = SchedulerLoop(node_id="bench", workers=1, inline=True)
     runner.start()
     for _ in range(WARMUP):
         runner.tick()

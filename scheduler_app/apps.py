@@ -7,4 +7,5 @@ class SchedulerAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from scheduler_app import checks  # noqa: F401
+        """Register the system checks and connect the signal receivers."""
+        from scheduler_app import checks, signal_handlers  # noqa: F401

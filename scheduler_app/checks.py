@@ -1,168 +1,284 @@
-"""System checks for SCHEDULER_APP, run by manage.py check and before run_scheduler."""
+"""System checks for SCHEDULER_APP, run by manage.py check and before run_scheduler.
+
+Each condition has its own id in CHECKS; docs/operations.md lists them all.
+"""
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.utils.module_loading import import_string
+from rest_framework.permissions import BasePermission, OperandHolder, SingleOperandHolder
 
 from scheduler_app.conf import DEFAULTS, scheduler_settings
 from scheduler_app.exceptions import InvalidDefinition
 from scheduler_app.handlers.hooks import HOOK_NAMES
+from scheduler_app.values import is_number
 
-POSITIVE_NUMBERS = ("TICK_INTERVAL", "LEASE_SECONDS", "WORKERS", "DRAIN_SECONDS")
-OPTIONAL_POSITIVE_INTS = ("MAX_LOGS", "RETENTION_DAYS")
 HOST_NAME = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*\.?$", re.IGNORECASE)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+@dataclass(frozen=True)
+class Check:
+    """One condition: its level, its message (a str.format template) and how to fix it."""
+
+    level: type[Error] | type[Warning]
+    message: str
+    hint: str
+
+
+def _known(keys: dict[str, Any]) -> str:
+    return f"Known keys: {', '.join(sorted(keys))}."
+
+
+CHECKS: dict[str, Check] = {
+    "scheduler_app.E001": Check(Error, "SCHEDULER_APP must be a dict.", "Set SCHEDULER_APP = {...}."),
+    "scheduler_app.E002": Check(
+        Error,
+        "SCHEDULER_APP['TASKS'] is invalid: {detail}",
+        "Fix the definitions; run_scheduler refuses to start until then.",
+    ),
+    "scheduler_app.E003": Check(
+        Error,
+        "SCHEDULER_APP['HANDLERS'][{name!r}] cannot be imported: {path!r}.",
+        "Give the dotted path of a Handler class, such as myproject.handlers.CommandHandler.",
+    ),
+    "scheduler_app.E004": Check(
+        Error,
+        "SCHEDULER_APP['LOG_DATABASE'] names an unknown database alias {alias!r}.",
+        "Use an alias from DATABASES.",
+    ),
+    "scheduler_app.E005": Check(Error, "Unknown SCHEDULER_APP keys: {keys}.", _known(DEFAULTS)),
+    "scheduler_app.E006": Check(
+        Error, "SCHEDULER_APP['TICK_INTERVAL'] must be a positive number.", "Give seconds, such as 1.0."
+    ),
+    "scheduler_app.E007": Check(
+        Error, "SCHEDULER_APP['LEASE_SECONDS'] must be a positive number.", "Give seconds, such as 300."
+    ),
+    "scheduler_app.E008": Check(
+        Error, "SCHEDULER_APP['WORKERS'] must be a positive integer.", "Give a thread count, such as 4."
+    ),
+    "scheduler_app.E009": Check(
+        Error,
+        "SCHEDULER_APP['MISFIRE_GRACE_SECONDS'] must be a number >= 1.",
+        "Give seconds, such as 60.",
+    ),
+    "scheduler_app.E010": Check(
+        Error, "SCHEDULER_APP['DRAIN_SECONDS'] must be a positive number.", "Give seconds, such as 30."
+    ),
+    "scheduler_app.E011": Check(
+        Error,
+        "SCHEDULER_APP['MAX_LOGS'] must be None or a positive integer.",
+        "Give a row count, such as 100000, or None to keep every log row.",
+    ),
+    "scheduler_app.E012": Check(
+        Error,
+        "SCHEDULER_APP['RETENTION_DAYS'] must be None or a positive integer.",
+        "Give a number of days, such as 30, or None to keep log rows of any age.",
+    ),
+    "scheduler_app.E013": Check(
+        Error, "SCHEDULER_APP['HTTP'] must be a dict.", 'Set "HTTP": {...} with the keys to change.'
+    ),
+    "scheduler_app.E014": Check(
+        Error, "Unknown SCHEDULER_APP['HTTP'] keys: {keys}.", _known(DEFAULTS["HTTP"])
+    ),
+    "scheduler_app.E015": Check(
+        Error,
+        "SCHEDULER_APP['HTTP']['TIMEOUT'] must be a number of seconds above 0 and at most 3600.",
+        "Give seconds, such as 30.",
+    ),
+    "scheduler_app.E016": Check(
+        Error,
+        "SCHEDULER_APP['HTTP']['MAX_RESPONSE_BYTES'] must be a positive integer.",
+        "Give bytes, such as 1048576.",
+    ),
+    "scheduler_app.E017": Check(
+        Error,
+        "SCHEDULER_APP['HTTP']['RESULT_MAX_BYTES'] must be a positive integer.",
+        "Give bytes, such as 65536.",
+    ),
+    "scheduler_app.E018": Check(
+        Error, "SCHEDULER_APP['HTTP']['ALLOW_PRIVATE_NETWORKS'] must be True or False.", "Give True or False."
+    ),
+    "scheduler_app.E019": Check(
+        Error,
+        "SCHEDULER_APP['HTTP']['ALLOWED_NETWORKS'] must be a list.",
+        'Give a list such as ["10.1.0.0/16", "fd00::/8", "billing.internal"].',
+    ),
+    "scheduler_app.E020": Check(
+        Error,
+        "SCHEDULER_APP['HTTP']['ALLOWED_NETWORKS'] holds {entry!r}, which is neither a CIDR nor a host name.",
+        'Give a list such as ["10.1.0.0/16", "fd00::/8", "billing.internal"].',
+    ),
+    "scheduler_app.E021": Check(
+        Error, "SCHEDULER_APP['JS'] must be a dict.", 'Set "JS": {...} with the keys to change.'
+    ),
+    "scheduler_app.E022": Check(Error, "Unknown SCHEDULER_APP['JS'] keys: {keys}.", _known(DEFAULTS["JS"])),
+    "scheduler_app.E023": Check(
+        Error,
+        "SCHEDULER_APP['JS']['TIMEOUT'] must be a number of seconds above 0 and at most 3600.",
+        "Give seconds, such as 30.",
+    ),
+    "scheduler_app.E024": Check(
+        Error,
+        "SCHEDULER_APP['JS']['MEMORY_LIMIT_MB'] must be a positive integer.",
+        "Give megabytes, such as 128.",
+    ),
+    "scheduler_app.E025": Check(
+        Error,
+        "SCHEDULER_APP['JS']['RESULT_MAX_BYTES'] must be a positive integer.",
+        "Give bytes, such as 65536.",
+    ),
+    "scheduler_app.E026": Check(
+        Error,
+        "SCHEDULER_APP['HOOKS'] must be a dict.",
+        'Map hook names to dotted paths, such as {"on_task_execute": "myproject.tasks.run"}.',
+    ),
+    "scheduler_app.E027": Check(
+        Error, "Unknown SCHEDULER_APP['HOOKS'] names: {names}.", f"Known hooks: {', '.join(HOOK_NAMES)}."
+    ),
+    "scheduler_app.E028": Check(
+        Error,
+        "SCHEDULER_APP['HOOKS'][{name!r}] cannot be imported: {path!r}.",
+        "Give the dotted path of a function that takes one event, or the function itself.",
+    ),
+    "scheduler_app.E029": Check(
+        Error,
+        "SCHEDULER_APP['HANDLERS'] must be a dict.",
+        'Map handler kinds to dotted paths of Handler classes, such as {"command": "myproject.handlers.CommandHandler"}.',
+    ),
+    "scheduler_app.E030": Check(
+        Error,
+        "SCHEDULER_APP['API_PERMISSION_CLASSES'] must be None or a list.",
+        'Give a list such as ["scheduler_app.api.permissions.HasModelPermissions"], '
+        "or None for staff users with model permissions.",
+    ),
+    "scheduler_app.E031": Check(
+        Error,
+        "SCHEDULER_APP['API_PERMISSION_CLASSES'] holds {entry!r}, which is not an importable DRF permission class.",
+        "Give the dotted path of a subclass of rest_framework.permissions.BasePermission.",
+    ),
+    "scheduler_app.W001": Check(
+        Warning,
+        "SCHEDULER_APP['REDIS_URL'] is not a redis://, rediss:// or unix:// URL; wake-ups will fail.",
+        "Use redis://host:6379/0 or leave it unset (runners then find work at their next tick).",
+    ),
+}
+
+# A problem found: the id of its condition and the values its message names.
+Problem = tuple[str, dict[str, Any]]
+
+
+def _is_positive_number(value: Any) -> bool:
+    return is_number(value) and value > 0
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _is_timeout(value: Any) -> bool:
+    return is_number(value) and 0 < value <= 3600
+
+
+# Values that are wrong on their own: (id, setting, key inside a dict setting or None, test).
+VALUE_RULES: tuple[tuple[str, str, str | None, Callable[[Any], bool]], ...] = (
+    ("scheduler_app.E006", "TICK_INTERVAL", None, _is_positive_number),
+    ("scheduler_app.E007", "LEASE_SECONDS", None, _is_positive_number),
+    ("scheduler_app.E008", "WORKERS", None, _is_positive_int),
+    ("scheduler_app.E009", "MISFIRE_GRACE_SECONDS", None, lambda value: is_number(value) and value >= 1),
+    ("scheduler_app.E010", "DRAIN_SECONDS", None, _is_positive_number),
+    ("scheduler_app.E011", "MAX_LOGS", None, lambda value: value is None or _is_positive_int(value)),
+    ("scheduler_app.E012", "RETENTION_DAYS", None, lambda value: value is None or _is_positive_int(value)),
+    ("scheduler_app.E015", "HTTP", "TIMEOUT", _is_timeout),
+    ("scheduler_app.E016", "HTTP", "MAX_RESPONSE_BYTES", _is_positive_int),
+    ("scheduler_app.E017", "HTTP", "RESULT_MAX_BYTES", _is_positive_int),
+    ("scheduler_app.E018", "HTTP", "ALLOW_PRIVATE_NETWORKS", lambda value: isinstance(value, bool)),
+    ("scheduler_app.E019", "HTTP", "ALLOWED_NETWORKS", lambda value: isinstance(value, (list, tuple))),
+    ("scheduler_app.E023", "JS", "TIMEOUT", _is_timeout),
+    ("scheduler_app.E024", "JS", "MEMORY_LIMIT_MB", _is_positive_int),
+    ("scheduler_app.E025", "JS", "RESULT_MAX_BYTES", _is_positive_int),
+)
+
+# The dict settings: (setting, id when it is not a dict, id for unknown keys or None).
+DICT_SETTINGS: tuple[tuple[str, str, str | None], ...] = (
+    ("HTTP", "scheduler_app.E013", "scheduler_app.E014"),
+    ("JS", "scheduler_app.E021", "scheduler_app.E022"),
+    ("HOOKS", "scheduler_app.E026", None),
+    ("HANDLERS", "scheduler_app.E029", None),
+)
+
+
+def message(check_id: str, **values: Any) -> CheckMessage:
+    """The message of one condition, its template filled with ``values``."""
+    check = CHECKS[check_id]
+    return check.level(check.message.format(**values), hint=check.hint, id=check_id)
 
 
 @register()
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    messages: list[CheckMessage] = []
+    """Report each problem of SCHEDULER_APP under the id of its condition."""
     user = getattr(settings, "SCHEDULER_APP", {})
     if not isinstance(user, dict):
-        return [
-            Error("SCHEDULER_APP must be a dict.", hint="Set SCHEDULER_APP = {...}.", id="scheduler_app.E001")
-        ]
+        return [message("scheduler_app.E001")]
+    return [message(check_id, **values) for check_id, values in _problems(user)]
+
+
+def _problems(user: dict[str, Any]) -> Iterator[Problem]:
     unknown = sorted(set(user) - set(DEFAULTS))
     if unknown:
-        messages.append(
-            Error(
-                f"Unknown SCHEDULER_APP keys: {', '.join(unknown)}.",
-                hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
-                id="scheduler_app.E001",
-            )
-        )
-    for name in POSITIVE_NUMBERS:
-        value = getattr(scheduler_settings, name)
-        if not _is_number(value) or value <= 0:
-            messages.append(
-                Error(f"SCHEDULER_APP['{name}'] must be a positive number.", id="scheduler_app.E001")
-            )
-    if not isinstance(scheduler_settings.WORKERS, int) or isinstance(scheduler_settings.WORKERS, bool):
-        messages.append(Error("SCHEDULER_APP['WORKERS'] must be an integer.", id="scheduler_app.E001"))
-    grace = scheduler_settings.MISFIRE_GRACE_SECONDS
-    if not _is_number(grace) or grace < 1:
-        messages.append(
-            Error("SCHEDULER_APP['MISFIRE_GRACE_SECONDS'] must be a number >= 1.", id="scheduler_app.E001")
-        )
-    hooks = scheduler_settings.HOOKS
-    if isinstance(hooks, dict) and set(hooks) - set(HOOK_NAMES):
-        messages.append(
-            Error(
-                f"Unknown SCHEDULER_APP['HOOKS'] names: {', '.join(sorted(set(hooks) - set(HOOK_NAMES)))}.",
-                hint=f"Known hooks: {', '.join(HOOK_NAMES)}.",
-                id="scheduler_app.E003",
-            )
-        )
-    for name in OPTIONAL_POSITIVE_INTS:
-        value = getattr(scheduler_settings, name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            messages.append(
-                Error(f"SCHEDULER_APP['{name}'] must be None or a positive integer.", id="scheduler_app.E001")
-            )
-    messages.extend(_check_js())
-    messages.extend(_check_http())
-    messages.extend(_check_tasks())
-    messages.extend(_check_paths())
-    if scheduler_settings.LOG_DATABASE not in settings.DATABASES:
-        messages.append(
-            Error(
-                f"SCHEDULER_APP['LOG_DATABASE'] names an unknown database alias {scheduler_settings.LOG_DATABASE!r}.",
-                hint="Use an alias from DATABASES.",
-                id="scheduler_app.E004",
-            )
-        )
+        yield "scheduler_app.E005", {"keys": ", ".join(unknown)}
+    yield from _dict_problems()
+    yield from _value_problems()
+    yield from _network_problems()
+    yield from _hook_problems()
+    yield from _path_problems()
+    yield from _task_problems()
+    yield from _permission_problems()
+    alias = scheduler_settings.LOG_DATABASE
+    if alias not in settings.DATABASES:
+        yield "scheduler_app.E004", {"alias": alias}
     redis_url = scheduler_settings.REDIS_URL
     if redis_url and not str(redis_url).startswith(("redis://", "rediss://", "unix://")):
-        messages.append(
-            Warning(
-                "SCHEDULER_APP['REDIS_URL'] is not a redis://, rediss:// or unix:// URL; wake-ups will fail.",
-                hint="Use redis://host:6379/0 or leave it unset (runners then find work at their next tick).",
-                id="scheduler_app.W001",
-            )
-        )
-    return messages
+        yield "scheduler_app.W001", {}
 
 
-def _check_js() -> list[CheckMessage]:
-    js = scheduler_settings.JS
-    if not isinstance(js, dict):
-        return [Error("SCHEDULER_APP['JS'] must be a dict.", id="scheduler_app.E001")]
-    messages: list[CheckMessage] = []
-    if not _is_number(js.get("TIMEOUT")) or not 0 < js["TIMEOUT"] <= 3600:
-        messages.append(
-            Error(
-                "SCHEDULER_APP['JS']['TIMEOUT'] must be a number of seconds above 0 and at most 3600.",
-                id="scheduler_app.E001",
-            )
-        )
-    for name in ("MEMORY_LIMIT_MB", "RESULT_MAX_BYTES"):
-        value = js.get(name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            messages.append(
-                Error(f"SCHEDULER_APP['JS']['{name}'] must be a positive integer.", id="scheduler_app.E001")
-            )
-    return messages
+def _dict_problems() -> Iterator[Problem]:
+    for name, not_dict, unknown_keys in DICT_SETTINGS:
+        value = getattr(scheduler_settings, name)
+        if not isinstance(value, dict):
+            yield not_dict, {}
+        elif unknown_keys is not None:
+            unknown = sorted(str(key) for key in set(value) - set(DEFAULTS[name]))
+            if unknown:
+                yield unknown_keys, {"keys": ", ".join(unknown)}
 
 
-def _check_http() -> list[CheckMessage]:
+def _value_problems() -> Iterator[Problem]:
+    for check_id, name, key, valid in VALUE_RULES:
+        value = getattr(scheduler_settings, name)
+        if key is not None:
+            # A setting that is not a dict is reported once, by _dict_problems.
+            if not isinstance(value, dict):
+                continue
+            value = value[key]
+        if not valid(value):
+            yield check_id, {}
+
+
+def _network_problems() -> Iterator[Problem]:
     http = scheduler_settings.HTTP
-    if not isinstance(http, dict):
-        return [Error("SCHEDULER_APP['HTTP'] must be a dict.", id="scheduler_app.E001")]
-    messages: list[CheckMessage] = []
-    unknown = sorted(str(key) for key in set(http) - set(DEFAULTS["HTTP"]))
-    if unknown:
-        messages.append(
-            Error(
-                f"Unknown SCHEDULER_APP['HTTP'] keys: {', '.join(unknown)}.",
-                hint=f"Known keys: {', '.join(sorted(DEFAULTS['HTTP']))}.",
-                id="scheduler_app.E001",
-            )
-        )
-    if not _is_number(http["TIMEOUT"]) or not 0 < http["TIMEOUT"] <= 3600:
-        messages.append(
-            Error(
-                "SCHEDULER_APP['HTTP']['TIMEOUT'] must be a number of seconds above 0 and at most 3600.",
-                id="scheduler_app.E001",
-            )
-        )
-    for name in ("MAX_RESPONSE_BYTES", "RESULT_MAX_BYTES"):
-        value = http[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            messages.append(
-                Error(f"SCHEDULER_APP['HTTP']['{name}'] must be a positive integer.", id="scheduler_app.E001")
-            )
-    if not isinstance(http["ALLOW_PRIVATE_NETWORKS"], bool):
-        messages.append(
-            Error(
-                "SCHEDULER_APP['HTTP']['ALLOW_PRIVATE_NETWORKS'] must be True or False.",
-                id="scheduler_app.E001",
-            )
-        )
-    networks = http["ALLOWED_NETWORKS"]
-    if not isinstance(networks, (list, tuple)):
-        messages.append(
-            Error("SCHEDULER_APP['HTTP']['ALLOWED_NETWORKS'] must be a list.", id="scheduler_app.E001")
-        )
-        networks = []
-    for entry in networks:
-        if not _is_network_or_host(entry):
-            messages.append(
-                Error(
-                    f"SCHEDULER_APP['HTTP']['ALLOWED_NETWORKS'] holds {entry!r}, which is neither a CIDR nor a host name.",
-                    hint='Give a list such as ["10.1.0.0/16", "fd00::/8", "billing.internal"].',
-                    id="scheduler_app.E001",
-                )
-            )
-    return messages
+    networks = http.get("ALLOWED_NETWORKS") if isinstance(http, dict) else None
+    if isinstance(networks, (list, tuple)):
+        for entry in networks:
+            if not _is_network_or_host(entry):
+                yield "scheduler_app.E020", {"entry": entry}
 
 
 def _is_network_or_host(entry: Any) -> bool:
@@ -175,41 +291,59 @@ def _is_network_or_host(entry: Any) -> bool:
     return True
 
 
-def _check_tasks() -> list[CheckMessage]:
+def _hook_problems() -> Iterator[Problem]:
+    hooks = scheduler_settings.HOOKS
+    if isinstance(hooks, dict):
+        unknown = sorted(set(hooks) - set(HOOK_NAMES))
+        if unknown:
+            yield "scheduler_app.E027", {"names": ", ".join(unknown)}
+
+
+def _path_problems() -> Iterator[Problem]:
+    for group, check_id in (("HOOKS", "scheduler_app.E028"), ("HANDLERS", "scheduler_app.E003")):
+        entries = getattr(scheduler_settings, group)
+        if not isinstance(entries, dict):
+            continue
+        for name, path in entries.items():
+            if not callable(path) and _import(path) is None:
+                yield check_id, {"name": name, "path": path}
+
+
+def _import(path: Any) -> Any:
+    """What a dotted path names, or None when it names nothing importable."""
+    if not isinstance(path, str):
+        return None
+    try:
+        return import_string(path)
+    except ImportError:
+        return None
+
+
+def _task_problems() -> Iterator[Problem]:
     from scheduler_app.services import validate_declared_tasks
 
     try:
         validate_declared_tasks(scheduler_settings.TASKS)
     except InvalidDefinition as exc:
         detail = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in exc.errors.items())
-        return [
-            Error(
-                f"SCHEDULER_APP['TASKS'] is invalid: {detail}",
-                hint="Fix the definitions; run_scheduler refuses to start until then.",
-                id="scheduler_app.E002",
-            )
-        ]
-    return []
+        yield "scheduler_app.E002", {"detail": detail}
 
 
-def _check_paths() -> list[CheckMessage]:
-    messages: list[CheckMessage] = []
-    for group in ("HOOKS", "HANDLERS"):
-        entries = getattr(scheduler_settings, group)
-        if not isinstance(entries, dict):
-            messages.append(Error(f"SCHEDULER_APP['{group}'] must be a dict.", id="scheduler_app.E003"))
-            continue
-        for name, path in entries.items():
-            if callable(path):
-                continue
-            try:
-                import_string(path)
-            except ImportError:
-                messages.append(
-                    Error(
-                        f"SCHEDULER_APP['{group}'][{name!r}] cannot be imported: {path!r}.",
-                        hint="Give a dotted path to a callable (a class for HANDLERS).",
-                        id="scheduler_app.E003",
-                    )
-                )
-    return messages
+def _permission_problems() -> Iterator[Problem]:
+    configured = scheduler_settings.API_PERMISSION_CLASSES
+    if configured is None:
+        return
+    if not isinstance(configured, (list, tuple)):
+        yield "scheduler_app.E030", {}
+        return
+    for entry in configured:
+        target = _import(entry) if isinstance(entry, str) else entry
+        if not _is_permission_class(target):
+            yield "scheduler_app.E031", {"entry": entry}
+
+
+def _is_permission_class(target: Any) -> bool:
+    # DRF also takes composed classes (IsAuthenticated & IsAdminUser), which are not types.
+    if isinstance(target, (OperandHolder, SingleOperandHolder)):
+        return True
+    return isinstance(target, type) and issubclass(target, BasePermission)

@@ -65,8 +65,6 @@ scheduler_settings = SchedulerSettings()
 
 @receiver(setting_changed)
 def _reload_settings(*, setting: str, **kwargs: Any) -> None:
+    """Forget the cached values when SCHEDULER_APP changes (override_settings in tests)."""
     if setting == "SCHEDULER_APP":
         scheduler_settings.reload()
-        from scheduler_app.handlers import registry
-
-        registry.reset()

@@ -9,16 +9,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connections, router
+from django.db import connections
 from django.utils.dateparse import parse_datetime
 
 from scheduler_app.models import LEASED, Execution, Status, Task
-
-NOW_SQL = {
-    "postgresql": "statement_timestamp()",
-    "mysql": "UTC_TIMESTAMP(6)",
-    "sqlite": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')",
-}
+from scheduler_app.statements import journal_statements
 
 
 @dataclass(frozen=True)
@@ -49,10 +44,11 @@ def as_utc(value: Any) -> datetime | None:
 def probe(using: str = "default") -> Probe:
     """One indexed query: database now, earliest next_run_at, due_at and lease expiry."""
     connection = connections[using]
+    statements = journal_statements(connection)
     task_table = connection.ops.quote_name(Task._meta.db_table)
     execution_table = connection.ops.quote_name(Execution._meta.db_table)
     sql = (
-        f"SELECT {NOW_SQL[connection.vendor]},"
+        f"SELECT {statements.clock_sql(connection)},"
         f" (SELECT MIN(next_run_at) FROM {task_table} WHERE enabled = %s),"
         f" (SELECT MIN(due_at) FROM {execution_table} WHERE status = %s),"
         # One MIN per leased status: each reads one end of an index, whatever the statistics say.
@@ -60,8 +56,7 @@ def probe(using: str = "default") -> Probe:
         f" (SELECT MIN(lease_expires_at) FROM {execution_table} WHERE status = %s)"
     )
     # On PostgreSQL the one statement an idle runner sends keeps its plan where statements are prepared.
-    cursor_of = bound_cursor if server_binding(using) else _django_cursor
-    with cursor_of(connection) as cursor:
+    with statements.cursor(connection) as cursor:
         cursor.execute(sql, [True, Status.PENDING, *LEASED])
         row = cursor.fetchone()
     now = as_utc(row[0])
@@ -88,64 +83,6 @@ def counting_statements(aliases: Iterable[str]) -> Iterator[StatementCounter]:
         for alias in set(aliases):
             stack.enter_context(connections[alias].execute_wrapper(counter))
         yield counter
-
-
-def journal_connection() -> Any:
-    """The connection the journal is written on: the router's choice for Execution."""
-    return connections[router.db_for_write(Execution)]
-
-
-def table(model: Any) -> str:
-    """``model``'s table, quoted for the journal's connection (fixed statements of its own database)."""
-    return str(journal_connection().ops.quote_name(model._meta.db_table))
-
-
-def server_binding(alias: str | None = None) -> bool:
-    """Whether the journal's database is PostgreSQL through psycopg 3, whose cursors can bind
-    parameters on the server: there the hot statements take their fixed-text forms."""
-    connection = connections[alias] if alias else journal_connection()
-    if connection.vendor != "postgresql":
-        return False
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-    return bool(is_psycopg3)
-
-
-def _django_cursor(connection: Any) -> Any:
-    return connection.cursor()
-
-
-@contextmanager
-def bound_cursor(connection: Any) -> Iterator[Any]:
-    """A PostgreSQL cursor that sends parameters apart from the statement (server-side binding).
-
-    Django's cursors splice parameters into the text; for the hot fixed statements of
-    ``pg_batch`` and ``triggering`` that costs more Python than the round trip, and keeps
-    PostgreSQL from reusing a plan where the connection prepares statements (its
-    ``prepare_threshold`` option). Django's error translation and execute wrappers still apply.
-    """
-    import psycopg
-
-    connection.ensure_connection()
-    with connection.wrap_database_errors:
-        raw = psycopg.Cursor(connection.connection)
-    cursor = connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
-    with cursor:
-        yield cursor
-
-
-def status_literal(*statuses: str) -> str:
-    """Statuses as SQL text, one literal or a parenthesised list.
-
-    For the fixed statements' conditions on status: the values are constants of the
-    code, and written into the text they let a prepared statement's generic plan know
-    how few rows match, where parameters would hide it (and keep PostgreSQL planning
-    every call).
-    """
-    assert statuses and all(status.isalpha() for status in statuses)
-    if len(statuses) == 1:
-        return f"'{statuses[0]}'"
-    return "(" + ", ".join(f"'{status}'" for status in statuses) + ")"
 
 
 def drop_broken_connections() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from scheduler_app import cron
 from scheduler_app.exceptions import InvalidCron, InvalidDefinition
+from scheduler_app.values import is_int, short_text
 
 # \Z, not $: "$" also matches before a final newline.
 ID_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,128}\Z")
@@ -52,16 +53,6 @@ MODEL_FIELDS = tuple(
 CLEARABLE = frozenset({"retry", "handler", "timezone"})
 
 Errors = dict[str, list[str]]
-
-
-def short_text(value: Any) -> str:
-    """A value as error messages quote it: its repr, cut to 60 characters."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def parse_json(text: str) -> Any:
@@ -128,7 +119,8 @@ def _check_storable(data: dict[str, Any]) -> None:
     raise_if_errors(errors)
 
 
-def _is_json(value: Any) -> bool:
+def is_json(value: Any) -> bool:
+    """Whether ``value`` is JSON as Python holds it (NaN and Infinity are not)."""
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
@@ -159,7 +151,7 @@ def normalise_retry(value: Any, errors: Errors) -> tuple[int, list[int]]:
     if unknown:
         errors.setdefault("retry", []).append(f"Unknown keys: {', '.join(sorted(map(str, unknown)))}.")
     attempts = value.get("max_attempts", 1)
-    if not _is_int(attempts) or not 1 <= attempts <= MAX_ATTEMPTS:
+    if not is_int(attempts) or not 1 <= attempts <= MAX_ATTEMPTS:
         errors.setdefault("retry.max_attempts", []).append(f"Must be an integer from 1 to {MAX_ATTEMPTS}.")
         attempts = 1
     backoff = value.get("backoff", [])
@@ -193,7 +185,7 @@ def _check_handler(errors: Errors, value: Any) -> None:
             f"Unknown handler kind {short_text(kind)} (known: {known})."
         )
         return
-    if not _is_json(value):
+    if not is_json(value):
         errors.setdefault("handler", []).append("Must be JSON.")
         return
     for field, messages in handler.validate(value).items():
@@ -242,7 +234,7 @@ def validate_fields(data: dict[str, Any], errors: Errors) -> dict[str, Any]:
         values["retry_max_attempts"], values["retry_backoff"] = normalise_retry(data["retry"], errors)
     if "params" in data:
         params = data["params"] if data["params"] is not None else {}
-        if not isinstance(params, dict) or not _is_json(params):
+        if not isinstance(params, dict) or not is_json(params):
             errors.setdefault("params", []).append("Must be a JSON object.")
         values["params"] = params
     if "handler" in data:
@@ -250,7 +242,7 @@ def validate_fields(data: dict[str, Any], errors: Errors) -> dict[str, Any]:
         values["handler"] = data["handler"]
     if "max_concurrency" in data:
         value = data["max_concurrency"]
-        if not _is_int(value) or not 1 <= value <= 1000:
+        if not is_int(value) or not 1 <= value <= 1000:
             errors.setdefault("max_concurrency", []).append("Must be an integer from 1 to 1000.")
         values["max_concurrency"] = value
     if "overlap" in data:
@@ -259,7 +251,7 @@ def validate_fields(data: dict[str, Any], errors: Errors) -> dict[str, Any]:
         values["overlap"] = data["overlap"]
     if "misfire_grace_seconds" in data:
         value = data["misfire_grace_seconds"]
-        if value is not None and (not _is_int(value) or not 1 <= value <= 86400 * 31):
+        if value is not None and (not is_int(value) or not 1 <= value <= 86400 * 31):
             errors.setdefault("misfire_grace_seconds", []).append(
                 "Must be null or an integer number of seconds from 1 to 31 days."
             )

@@ -7,8 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections, router, transaction
+from django.db.models import Q
 
-from scheduler_app.models import Execution, ExecutionEvent
+from scheduler_app.models import Execution, ExecutionEvent, LogPersistence, Status
 
 # The lengths of ExecutionEvent.reason and .node: longer texts are cut, never refused.
 REASON_LENGTH = 500
@@ -64,6 +65,29 @@ def append(events: Iterable[ExecutionEvent]) -> None:
             )
 
 
+def owned(token: str, *statuses: str) -> Q:
+    """The fence: the row still carries this claim's token, in one of ``statuses``.
+
+    Every write after a claim is made under it (transitions, the writer's batches, lease renewal,
+    recovery). Its twins: ``holds`` for rows already locked and read, and ``_owned_rows`` in
+    ``postgres/batch.py``, in SQL.
+    """
+    return Q(execution_token=token, status__in=statuses)
+
+
+def holds(row: tuple[str, str, bool] | None, token: str, *statuses: str, starting: bool = True) -> bool:
+    """``owned`` for a row as ``lock_rows`` read it; a start also needs no stop requested."""
+    if row is None:
+        return False
+    held_token, status, stop_requested = row
+    return held_token == token and status in statuses and not (starting and stop_requested)
+
+
+def released() -> dict[str, Any]:
+    """The fields that give a lease up: no owner, no token, no expiry."""
+    return {"owner": "", "execution_token": "", "lease_expires_at": None}
+
+
 def lock_rows(sequences: Iterable[int]) -> dict[int, tuple[str, str, bool]]:
     """Lock executions in sequence order (so two such transactions never wait on each other in a
     cycle) and read what fencing needs: sequence -> (token, status, stop requested)."""
@@ -98,7 +122,7 @@ def transition(
     """
     rows = Execution.objects.filter(sequence=sequence, status=from_status, **(extra_filter or {}))
     if token is not None:
-        rows = rows.filter(execution_token=token)
+        rows = rows.filter(owned(token, from_status))
     with transaction.atomic(savepoint=False):
         if rows.update(status=to_status, updated_at=at, **(fields or {})) != 1:
             return False
@@ -118,3 +142,29 @@ def transition(
             ]
         )
     return True
+
+
+def interrupt_pending(row: Execution, now: datetime, reason: str, node: str) -> ExecutionEvent | None:
+    """End a pending execution without running it; returns the event to append, None if it moved on.
+
+    A retry that waited counts as the attempt it prevents, so the failed
+    attempt before it keeps its own log row.
+    """
+    attempt = row.attempt + 1 if row.attempt else 0
+    error = {"reason": reason.split(":", 1)[0], "message": reason}
+    fields = {
+        "finished_at": now,
+        "error": error,
+        "attempt": attempt,
+        "started_at": None,
+        "log_persistence": LogPersistence.PENDING,
+    }
+    if not Execution.objects.filter(sequence=row.sequence, status=Status.PENDING).update(
+        status=Status.INTERRUPTED, updated_at=now, **fields
+    ):
+        return None
+    row.status, row.updated_at, row.finished_at = Status.INTERRUPTED, now, now
+    row.error, row.attempt, row.started_at = error, attempt, None
+    return event(
+        row.sequence, now, Status.PENDING, Status.INTERRUPTED, reason, node=node, attempt=attempt, error=error
+    )

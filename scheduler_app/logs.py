@@ -23,6 +23,9 @@ from scheduler_app.models import (
 
 logger = logging.getLogger("scheduler_app")
 
+# Named in the runner's warning when a log write fails; never stored (docs/api.md says why).
+LOG_PERSISTENCE_FAILED = "scheduler:032"
+
 LOG_FIELDS = [
     "occurrence_id",
     "task_id",
@@ -131,7 +134,11 @@ def write_and_confirm(execution: Execution, rows: Sequence[ExecutionLog]) -> boo
     try:
         write(rows)
     except DatabaseError:
-        logger.warning("log write failed for %s; left pending for repair", execution.occurrence_id)
+        logger.warning(
+            "%s log write failed for %s; left pending for repair",
+            LOG_PERSISTENCE_FAILED,
+            execution.occurrence_id,
+        )
         return False
     Execution.objects.filter(sequence=execution.sequence, attempt=execution.attempt).exclude(
         status__in=(Status.CLAIMED, Status.RUNNING)
@@ -144,7 +151,11 @@ def rebuild_and_confirm(execution: Execution) -> bool:
     try:
         repair(execution.occurrence_id)
     except DatabaseError:
-        logger.warning("log write failed for %s; left pending for repair", execution.occurrence_id)
+        logger.warning(
+            "%s log write failed for %s; left pending for repair",
+            LOG_PERSISTENCE_FAILED,
+            execution.occurrence_id,
+        )
         return False
     return True
 

@@ -119,10 +119,6 @@ def log_id(occurrence_id: uuid.UUID, attempt: int) -> uuid.UUID:
 
 
 class ExecutionQuerySet(models.QuerySet):
-    def fenced(self, sequence: int, token: str) -> ExecutionQuerySet:
-        """The row a runner still owns: zero rows means its lease was lost."""
-        return self.filter(sequence=sequence, execution_token=token)
-
     def due(self, now: datetime) -> ExecutionQuerySet:
         return self.filter(status=Status.PENDING, due_at__lte=now)
 

@@ -19,7 +19,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduler_app import claims, cron, db, definitions, journal, logs, triggering, wakeup
+from scheduler_app import cron, definitions, journal, logs, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import (
     Conflict,
@@ -42,6 +42,7 @@ from scheduler_app.models import (
     TriggerType,
     manual_occurrence_id,
 )
+from scheduler_app.statements import journal_statements
 
 MAX_PAGE_SIZE = 500
 RESOLVABLE = (Status.SUCCESS, Status.DISCARDED)
@@ -156,7 +157,7 @@ class Executions:
         with storage_errors():
             if execution.status == Status.PENDING:
                 with transaction.atomic():
-                    event = claims.interrupt_pending(execution, now, reason, by)
+                    event = journal.interrupt_pending(execution, now, reason, by)
                     if event is not None:
                         journal.append([event])
                 if event is not None:
@@ -299,7 +300,7 @@ class Scheduler:
                 created_at=now,
                 updated_at=now,
             )
-            if db.server_binding() and triggering.insert_manual(execution, params or {}, reason, now):
+            if journal_statements().insert_manual(execution, params or {}, reason, now):
                 wakeup.notify()
                 return execution, True
             # Elsewhere, and on PostgreSQL when the task is missing or the key was used.
@@ -405,14 +406,21 @@ def _apply(task: Task, values: dict[str, Any]) -> bool:
 
 def _trigger_errors(source: Any, idempotency_key: Any, params: Any) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
-    if params is not None and (not isinstance(params, dict) or not definitions._is_json(params)):
+    if params is not None and (not isinstance(params, dict) or not definitions.is_json(params)):
         errors["params"] = ["Must be a JSON object."]
+    elif params is not None:
+        # What no database can store is refused here, as the API's parser and register() refuse it.
+        definitions.check_json(params, "params", errors)
     if idempotency_key is not None and (
         not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= 128
     ):
         errors["idempotency_key"] = ["Must be 1-128 characters."]
+    elif idempotency_key is not None:
+        definitions.check_json(idempotency_key, "idempotency_key", errors)
     if source is not None and (not isinstance(source, str) or len(source) > 200):
         errors["source"] = ["Must be a string of at most 200 characters."]
+    elif source is not None:
+        definitions.check_json(source, "source", errors)
     return errors
 
 

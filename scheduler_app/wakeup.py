@@ -43,7 +43,7 @@ def _publisher() -> Any:
 
 
 # After a wake-up, the next waits this long: as often as a runner starts ticks for a stream of
-# them (engine.TRIGGER_GATHER), so a stream sends at most about 50 a second.
+# them (runner.loop.TRIGGER_GATHER), so a stream sends at most about 50 a second.
 SPACING = 0.02
 
 

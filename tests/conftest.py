@@ -16,7 +16,7 @@ def _clear_hook_calls() -> None:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch):
     """A fake clock that also drives django.utils.timezone.now (services and auto_now fields)."""
-    from scheduler_app.clock import FakeClock
+    from scheduler_app.runner.clock import FakeClock
     from tests.factories import T0
 
     fake = FakeClock(T0)
@@ -34,15 +34,15 @@ def running():
 
     from django.db import connections
 
-    from scheduler_app.engine import Runner
+    from scheduler_app.runner.loop import SchedulerLoop
 
-    started: list[tuple[Runner, threading.Thread]] = []
+    started: list[tuple[SchedulerLoop, threading.Thread]] = []
 
-    def start(**options) -> Runner:
+    def start(**options) -> SchedulerLoop:
         options.setdefault("tick_interval", 0.05)
         options.setdefault("lease_seconds", 30)
         options.setdefault("workers", 2)
-        runner = Runner(node_id="worker-test", drain_seconds=10, **options)
+        runner = SchedulerLoop(node_id="worker-test", drain_seconds=10, **options)
         thread = threading.Thread(target=runner.run, daemon=True, name=RUNNER_THREAD)
         thread.start()
         started.append((runner, thread))
@@ -57,8 +57,8 @@ def running():
 
 @pytest.fixture
 def runners(tmp_path):
-    """Faulty runner processes for one test (tests/faults.py); whatever is left is killed at teardown."""
-    from tests.faults import Runners
+    """Faulty runner processes for one test (tests/system/faults.py); whatever is left is killed at teardown."""
+    from tests.system.faults import Runners
 
     group = Runners(tmp_path)
     yield group

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 from scheduler_app.events import TaskEvent
@@ -14,6 +15,19 @@ CALLS: list[TaskEvent] = []
 _lock = threading.Lock()
 
 
+def start_line(task_id: str, occurrence_id: Any, attempt: int) -> str:
+    """How one start of an attempt is written down: ``<task>,<occurrence>,<attempt>``."""
+    return f"{task_id},{occurrence_id},{attempt}"
+
+
+def started() -> Counter[str]:
+    """How many times each attempt started in this process, counted like the side-effect files."""
+    with _lock:
+        return Counter(
+            start_line(e.context.task_id, e.context.occurrence_id, e.context.attempt) for e in CALLS
+        )
+
+
 def _append_line(event: TaskEvent, suffix: str = "") -> None:
     folder = os.environ.get("SCHEDULER_SIDE_EFFECTS")
     if not folder:
@@ -21,7 +35,7 @@ def _append_line(event: TaskEvent, suffix: str = "") -> None:
     path = os.path.join(folder, f"{os.getpid()}.log")
     context = event.context
     with _lock, open(path, "a") as handle:
-        handle.write(f"{context.task_id},{context.occurrence_id},{context.attempt}{suffix}\n")
+        handle.write(start_line(context.task_id, context.occurrence_id, context.attempt) + suffix + "\n")
         handle.flush()
         os.fsync(handle.fileno())
 

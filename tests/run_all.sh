@@ -11,7 +11,7 @@ VENV=.venv/bin
 if ! dpkg -s libmariadb-dev >/dev/null 2>&1 || ! command -v pkg-config >/dev/null; then
     apt-get update -qq && apt-get install -y -qq libmariadb-dev pkg-config >/dev/null
 fi
-# libfaketime shifts one runner's clock in the skew tests (tests/test_outages.py).
+# libfaketime shifts one runner's clock in the skew tests (tests/system/test_outages.py).
 if ! dpkg -s faketime >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq faketime >/dev/null
 fi

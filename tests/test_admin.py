@@ -28,7 +28,7 @@ from scheduler_app.exceptions import StorageError, TaskAlreadyExists, TaskNotFou
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Runner, Task
 from scheduler_app.services import Scheduler
 from tests import hooks
-from tests.factories import definition
+from tests.factories import definition, nested
 
 pytestmark = pytest.mark.django_db
 
@@ -899,13 +899,6 @@ def test_an_object_url_with_a_nul_answers_as_for_a_missing_object(admin_client, 
 
 
 DEEP = "[" * 10_000 + "]" * 10_000
-
-
-def nested(levels: int) -> Any:
-    value: Any = 1
-    for _ in range(levels):
-        value = [value]
-    return value
 
 
 @pytest.mark.parametrize(

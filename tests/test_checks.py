@@ -1,74 +1,173 @@
-"""System checks over SCHEDULER_APP: one test per check id."""
+"""System checks over SCHEDULER_APP: one test per check id, and the table in docs/operations.md."""
 
 from __future__ import annotations
 
+import ast
+import re
+from pathlib import Path
+
 import pytest
+from django.core.checks import CheckMessage
 from django.test import override_settings
+from rest_framework.permissions import IsAdminUser, IsAuthenticated
 
-from scheduler_app.checks import check_settings
+from scheduler_app.checks import CHECKS, check_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs" / "operations.md"
+CHECKS_SOURCE = ROOT / "scheduler_app" / "checks.py"
+
+# One row per way to trigger an id; every id has at least one.
+TRIGGERS = [
+    ("scheduler_app.E001", ["WORKERS", 0]),
+    ("scheduler_app.E002", {"TASKS": [{"id": "a", "cron": "99 * * * *"}]}),
+    ("scheduler_app.E002", {"TASKS": "nightly"}),
+    ("scheduler_app.E003", {"HANDLERS": {"custom": "tests.nowhere.Handler"}}),
+    ("scheduler_app.E003", {"HANDLERS": {"custom": 42}}),
+    ("scheduler_app.E004", {"LOG_DATABASE": "elsewhere"}),
+    ("scheduler_app.E005", {"SURPRISE": 1}),
+    ("scheduler_app.E006", {"TICK_INTERVAL": 0}),
+    ("scheduler_app.E007", {"LEASE_SECONDS": "300"}),
+    ("scheduler_app.E008", {"WORKERS": 0}),
+    ("scheduler_app.E008", {"WORKERS": 2.5}),
+    ("scheduler_app.E008", {"WORKERS": "4"}),
+    ("scheduler_app.E009", {"MISFIRE_GRACE_SECONDS": 0}),
+    ("scheduler_app.E010", {"DRAIN_SECONDS": -1}),
+    ("scheduler_app.E011", {"MAX_LOGS": 0}),
+    ("scheduler_app.E012", {"RETENTION_DAYS": "7"}),
+    ("scheduler_app.E013", {"HTTP": "strict"}),
+    ("scheduler_app.E014", {"HTTP": {"PROXY": "http://proxy.example"}}),
+    ("scheduler_app.E015", {"HTTP": {"TIMEOUT": 0}}),
+    ("scheduler_app.E015", {"HTTP": {"TIMEOUT": 3601}}),
+    ("scheduler_app.E016", {"HTTP": {"MAX_RESPONSE_BYTES": 1.5}}),
+    ("scheduler_app.E017", {"HTTP": {"RESULT_MAX_BYTES": "64k"}}),
+    ("scheduler_app.E018", {"HTTP": {"ALLOW_PRIVATE_NETWORKS": "yes"}}),
+    ("scheduler_app.E019", {"HTTP": {"ALLOWED_NETWORKS": "10.0.0.0/8"}}),
+    ("scheduler_app.E020", {"HTTP": {"ALLOWED_NETWORKS": ["10.0.0.0/33"]}}),
+    ("scheduler_app.E020", {"HTTP": {"ALLOWED_NETWORKS": ["not a host"]}}),
+    ("scheduler_app.E021", {"JS": "fast"}),
+    ("scheduler_app.E022", {"JS": {"THREADS": 2}}),
+    ("scheduler_app.E023", {"JS": {"TIMEOUT": 0}}),
+    ("scheduler_app.E024", {"JS": {"MEMORY_LIMIT_MB": "lots"}}),
+    ("scheduler_app.E025", {"JS": {"RESULT_MAX_BYTES": 0}}),
+    ("scheduler_app.E026", {"HOOKS": ["not", "a", "dict"]}),
+    ("scheduler_app.E027", {"HOOKS": {"on_task_explode": "tests.hooks.on_task_execute"}}),
+    ("scheduler_app.E028", {"HOOKS": {"on_task_execute": "tests.nowhere.hook"}}),
+    ("scheduler_app.E029", {"HANDLERS": ["tests.nowhere.Handler"]}),
+    ("scheduler_app.E030", {"API_PERMISSION_CLASSES": "rest_framework.permissions.IsAuthenticated"}),
+    ("scheduler_app.E031", {"API_PERMISSION_CLASSES": ["tests.nowhere.Permission"]}),
+    ("scheduler_app.E031", {"API_PERMISSION_CLASSES": ["django.utils.timezone.now"]}),
+    ("scheduler_app.W001", {"REDIS_URL": "http://localhost:6379"}),
+]
 
 
-def ids(**settings) -> list[str]:
-    with override_settings(SCHEDULER_APP=settings):
-        return [message.id for message in check_settings()]
+def messages(value=None, /, **settings) -> list[CheckMessage]:
+    """The messages of the checks with SCHEDULER_APP set to ``value``, or else to ``settings``."""
+    with override_settings(SCHEDULER_APP=settings if value is None else value):
+        return check_settings()
+
+
+def documented() -> dict[str, tuple[str, str, str]]:
+    """The rows of the system checks table in docs/operations.md: id -> (level, message, hint)."""
+    section = DOCS.read_text().split("## System checks\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        found = re.fullmatch(r"\| `(scheduler_app\.[EW]\d{3})` \| (\w+) \| `(.+)` \| (.+) \|", line)
+        if found:
+            check_id, level, message, hint = found.groups()
+            assert check_id not in rows, f"{check_id} is documented twice"
+            rows[check_id] = (level, message, hint)
+    return rows
+
+
+def as_pattern(documented_message: str) -> str:
+    """A regular expression for the messages a documented one stands for (``<...>`` is what was found)."""
+    return ".+".join(re.escape(part) for part in re.split(r"<\w+>", documented_message))
+
+
+@pytest.mark.parametrize(("check_id", "settings"), TRIGGERS)
+def test_each_condition_is_reported_under_its_id_with_the_documented_message_and_hint(check_id, settings):
+    level, documented_message, documented_hint = documented()[check_id]
+    [message] = messages(settings)
+    assert message.id == check_id
+    assert re.fullmatch(as_pattern(documented_message), message.msg)
+    assert message.hint
+    assert message.hint == documented_hint
+    assert type(message).__name__ == level
+
+
+def test_every_id_has_a_trigger_above():
+    assert {check_id for check_id, _ in TRIGGERS} == set(CHECKS)
+
+
+def test_the_ids_in_checks_py_and_in_the_docs_table_are_the_same():
+    used = set(re.findall(r"scheduler_app\.[EW]\d{3}", CHECKS_SOURCE.read_text()))
+    assert used == set(CHECKS)
+    assert set(documented()) == used
+
+
+def test_the_docs_table_shows_each_message_and_hint_as_checks_py_has_them():
+    for check_id, check in CHECKS.items():
+        shown = re.sub(r"\{(\w+)[^}]*\}", r"<\1>", check.message)
+        assert documented()[check_id] == (check.level.__name__, shown, check.hint)
 
 
 def test_the_defaults_pass():
-    assert ids() == []
+    assert messages() == []
+
+
+def test_the_test_settings_pass():
+    assert check_settings() == []
+
+
+def test_a_problem_message_names_what_was_found():
+    [message] = messages(JS={"THREADS": 2, "TIMEOUT": 30})
+    assert message.msg == "Unknown SCHEDULER_APP['JS'] keys: THREADS."
+    [message] = messages(HANDLERS={"custom": "tests.nowhere.Handler"})
+    assert message.msg == "SCHEDULER_APP['HANDLERS']['custom'] cannot be imported: 'tests.nowhere.Handler'."
 
 
 @pytest.mark.parametrize(
     "settings",
     [
-        {"SURPRISE": 1},
-        {"WORKERS": 0},
-        {"WORKERS": 2.5},
-        {"LEASE_SECONDS": "300"},
-        {"MISFIRE_GRACE_SECONDS": 0},
-        {"MAX_LOGS": 0},
-        {"RETENTION_DAYS": "7"},
-        {"JS": {"TIMEOUT": 0}},
-        {"JS": {"MEMORY_LIMIT_MB": "lots"}},
-        {"JS": "fast"},
-        {"HTTP": "strict"},
-        {"HTTP": {"PROXY": "http://proxy.example"}},
-        {"HTTP": {"TIMEOUT": 0}},
-        {"HTTP": {"MAX_RESPONSE_BYTES": 1.5}},
-        {"HTTP": {"RESULT_MAX_BYTES": "64k"}},
-        {"HTTP": {"ALLOW_PRIVATE_NETWORKS": "yes"}},
-        {"HTTP": {"ALLOWED_NETWORKS": "10.0.0.0/8"}},
-        {"HTTP": {"ALLOWED_NETWORKS": ["10.0.0.0/33"]}},
-        {"HTTP": {"ALLOWED_NETWORKS": ["not a host"]}},
+        {"HTTP": {"ALLOWED_NETWORKS": ["10.1.0.0/16", "fd00::/8", "127.0.0.1", "billing.internal"]}},
+        {"JS": {"TIMEOUT": 3600, "MEMORY_LIMIT_MB": 256, "RESULT_MAX_BYTES": 1}},
+        {
+            "WORKERS": 1,
+            "TICK_INTERVAL": 0.05,
+            "MISFIRE_GRACE_SECONDS": 1.5,
+            "MAX_LOGS": 10,
+            "RETENTION_DAYS": 1,
+        },
+        {
+            "HOOKS": {"on_task_execute": print},
+            "HANDLERS": {"custom": "scheduler_app.handlers.fake.FakeHandler"},
+        },
+        {"API_PERMISSION_CLASSES": None},
+        {"API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"]},
+        {"API_PERMISSION_CLASSES": ("scheduler_app.api.permissions.HasModelPermissions", IsAdminUser)},
+        {"API_PERMISSION_CLASSES": [IsAuthenticated & IsAdminUser]},
+        {"REDIS_URL": "rediss://cache.internal:6380/1"},
     ],
 )
-def test_e001_reports_bad_values(settings):
-    assert "scheduler_app.E001" in ids(**settings)
+def test_valid_values_pass(settings):
+    assert messages(**settings) == []
 
 
-def test_http_allowed_networks_take_cidrs_and_host_names():
-    assert ids(HTTP={"ALLOWED_NETWORKS": ["10.1.0.0/16", "fd00::/8", "127.0.0.1", "billing.internal"]}) == []
+def test_handlers_set_under_override_settings_take_effect_and_are_undone_after():
+    from scheduler_app.handlers import registry
+    from scheduler_app.handlers.fake import FakeHandler
+
+    assert registry.get("custom") is None
+    with override_settings(SCHEDULER_APP={"HANDLERS": {"custom": "scheduler_app.handlers.fake.FakeHandler"}}):
+        assert isinstance(registry.get("custom"), FakeHandler)
+    assert registry.get("custom") is None
 
 
-def test_e002_reports_bad_declared_tasks():
-    assert ids(TASKS=[{"id": "a", "cron": "99 * * * *"}]) == ["scheduler_app.E002"]
-
-
-@pytest.mark.parametrize(
-    "settings",
-    [
-        {"HOOKS": {"on_task_execute": "tests.nowhere.hook"}},
-        {"HOOKS": {"on_task_explode": "tests.hooks.on_task_execute"}},
-        {"HANDLERS": {"custom": "tests.nowhere.Handler"}},
-        {"HOOKS": ["not", "a", "dict"]},
-    ],
-)
-def test_e003_reports_hooks_and_handlers_that_cannot_be_used(settings):
-    assert "scheduler_app.E003" in ids(**settings)
-
-
-def test_e004_reports_an_unknown_log_database():
-    assert ids(LOG_DATABASE="elsewhere") == ["scheduler_app.E004"]
-
-
-def test_w001_reports_a_redis_url_that_is_not_one():
-    assert ids(REDIS_URL="http://localhost:6379") == ["scheduler_app.W001"]
+def test_conf_imports_nothing_from_the_app():
+    tree = ast.parse((ROOT / "scheduler_app" / "conf.py").read_text())
+    imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imported += [
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    ]
+    assert not [name for name in imported if name.startswith("scheduler_app")]

@@ -1,4 +1,4 @@
-"""On PostgreSQL a claim reads and writes through fixed statements (pg_claims); they must claim
+"""On PostgreSQL a claim reads and writes through fixed statements (scheduler_app.postgres.claims); they must claim
 exactly what the ORM path claims: the same rows, limits, interruptions, tokens and events."""
 
 from __future__ import annotations
@@ -7,9 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 
-from scheduler_app import claims, db, scheduler, scheduling
+from scheduler_app import scheduler, statements
 from scheduler_app.models import Execution, ExecutionEvent, Status, Task
+from scheduler_app.runner import claims, scheduling
 from tests.factories import definition
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,14 +73,14 @@ def claim_all(clock) -> tuple[list[tuple[str, str | None]], list[str], list[dict
 
 
 def test_the_fixed_statements_claim_what_the_orm_claims(clock, monkeypatch):
-    if not db.server_binding():
+    if statements.journal_statements() is statements.ORM:
         pytest.skip("the fixed claim statements are PostgreSQL's")
     workload(clock)
     fast = claim_all(clock)
     for model in (ExecutionEvent, Execution, Task):
         model.objects.all().delete()
     workload(clock)
-    monkeypatch.setattr(db, "server_binding", lambda alias=None: False)
+    monkeypatch.setattr(connection, statements.ATTRIBUTE, statements.ORM)
     assert claim_all(clock) == fast
     claimed, ended, _ = fast
     assert claimed == [("five", "a"), ("five", "b"), ("two", "a"), ("two", "b")]

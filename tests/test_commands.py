@@ -14,9 +14,9 @@ from django.test import override_settings
 from django.urls import reverse
 
 from scheduler_app import db, scheduler
-from scheduler_app.engine import Runner
 from scheduler_app.models import Execution
 from scheduler_app.models import Runner as RunnerRecord
+from scheduler_app.runner.loop import SchedulerLoop
 from tests.factories import definition
 from tests.waiting import wait_for
 
@@ -92,8 +92,11 @@ def test_a_runner_backs_off_while_the_database_is_down_and_recovers():
             raise OperationalError("server closed the connection")
         return real_probe(*args, **kwargs)
 
-    runner = Runner(node_id="patient", workers=1, tick_interval=0.01)
-    with mock.patch.object(db, "probe", failing_probe), mock.patch("scheduler_app.engine.MAX_BACKOFF", 0.05):
+    runner = SchedulerLoop(node_id="patient", workers=1, tick_interval=0.01)
+    with (
+        mock.patch.object(db, "probe", failing_probe),
+        mock.patch("scheduler_app.runner.loop.MAX_BACKOFF", 0.05),
+    ):
         thread = threading.Thread(target=runner.run, daemon=True)
         thread.start()
         wait_for(lambda: Execution.objects.get(sequence=execution.sequence).status == "success")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -14,7 +13,7 @@ from scheduler_app import scheduler
 from scheduler_app.definitions import MAX_JSON_BYTES, MAX_JSON_DEPTH
 from scheduler_app.exceptions import InvalidCron, InvalidDefinition, TaskAlreadyExists, TaskNotFound
 from scheduler_app.models import Task
-from tests.factories import definition
+from tests.factories import definition, nested
 
 pytestmark = pytest.mark.django_db
 
@@ -73,13 +72,6 @@ def test_invalid_definition_is_refused_with_a_field_error_and_writes_nothing(cha
     assert field in caught.value.errors
     assert caught.value.code in ("scheduler:012", "scheduler:022")
     assert not Task.objects.exists()
-
-
-def nested(levels: int) -> Any:
-    value: Any = 1
-    for _ in range(levels):
-        value = [value]
-    return value
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from scheduler_app.handlers.base import HandlerError
 from scheduler_app.handlers.js_pool import Pool, close_shared_pool
 from scheduler_app.models import Execution, Status, Task
 from tests.factories import definition, inline_runner
-from tests.processes import RunnerProcess
+from tests.system.processes import RunnerProcess
 from tests.waiting import wait_for
 
 SPIN = "() => { while (true) {} }"
@@ -162,6 +162,13 @@ def test_the_function_receives_the_context_and_its_value_is_the_result(clock):
         },
         "keys": ["taskId", "occurrenceId", "sequence", "attempt", "params", "trigger"],
     }
+
+
+@pytest.mark.django_db
+def test_a_scheduled_run_sees_its_trigger_as_scheduled_by_cron(clock):
+    scheduler.register(definition(handler=js("(context) => context.trigger")))
+    execution = run_due(clock)["report"]
+    assert (execution.status, execution.result) == (Status.SUCCESS, {"type": "scheduled", "source": "cron"})
 
 
 @pytest.mark.django_db

@@ -25,12 +25,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from scheduler_app import attempt, journal, scheduler
+from scheduler_app import journal, scheduler
 from scheduler_app.handlers import registry
 from scheduler_app.handlers.base import HandlerError
 from scheduler_app.handlers.http import HttpHandler
 from scheduler_app.handlers.http_network import NetworkPolicy, normalise_host
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status, Task
+from scheduler_app.runner import attempt
 from tests.factories import definition, inline_runner
 from tests.http_servers import NEVER, Server, run_direct, start, stop, use_http
 from tests.test_admin import task_form

@@ -6,8 +6,8 @@ import pytest
 from django.test import override_settings
 
 from scheduler_app import scheduler, signals
-from scheduler_app.models import Execution
-from tests.factories import definition, inline_runner
+from scheduler_app.models import Execution, ExecutionLog
+from tests.factories import definition, inline_runner, transitions
 
 pytestmark = pytest.mark.django_db
 
@@ -98,13 +98,35 @@ def test_a_start_hook_that_raises_fails_the_attempt(clock):
 
 
 def broken_finish(event):
+    SEEN.append(("broken finish", event))
     raise RuntimeError("finish hook broke")
 
 
 @override_settings(SCHEDULER_APP={"HOOKS": {**ALL_HOOKS, "on_task_finish": "tests.test_hooks.broken_finish"}})
-def test_a_broken_finish_hook_changes_nothing(clock):
-    scheduler.register(definition())
+def test_a_broken_finish_hook_changes_nothing(clock, caplog):
+    scheduler.register(definition(params={"result": "r"}))
     runner = inline_runner(clock)
     clock.advance(60)
     runner.tick()
-    assert Execution.objects.get().status == "success"
+    # The hook ran, after the outcome was recorded, and raised.
+    assert [name for name, _ in SEEN] == ["start", "broken finish"]
+    assert "hook on_task_finish failed" in caplog.text
+    # The outcome, its journal and its log row are what the hook was shown.
+    execution = Execution.objects.get()
+    assert (execution.status, execution.attempt, execution.result, execution.error) == (
+        "success",
+        1,
+        "r",
+        None,
+    )
+    assert execution.log_persistence == "persisted"
+    assert transitions(execution.occurrence_id) == [
+        ("", "pending"),
+        ("pending", "claimed"),
+        ("claimed", "running"),
+        ("running", "success"),
+    ]
+    shown = SEEN[1][1].log
+    log = ExecutionLog.objects.get()
+    assert (log.id, log.status, log.result, log.error) == (shown.id, "success", "r", None)
+    assert (shown.status, shown.result) == ("success", "r")

@@ -1,4 +1,5 @@
-"""The log projection: separate from the journal, repairable, pruned without touching the journal."""
+"""The log projection: separate from the journal, repairable, pruned without touching the journal, and
+read through get_logs."""
 
 from __future__ import annotations
 
@@ -11,9 +12,18 @@ from django.db.utils import load_backend
 from django.test import override_settings
 
 from scheduler_app import logs, scheduler
-from scheduler_app.exceptions import Conflict, InvalidState
-from scheduler_app.models import Execution, ExecutionLog, MaintenanceMark, log_id
-from tests.factories import definition, expire_lease, inline_runner
+from scheduler_app.exceptions import Conflict, InvalidDefinition, InvalidState
+from scheduler_app.models import (
+    Execution,
+    ExecutionLog,
+    LogPersistence,
+    MaintenanceMark,
+    Status,
+    TriggerType,
+    log_id,
+)
+from scheduler_app.runner import claims
+from tests.factories import T0, definition, expire_lease, inline_runner, unknown_as_a_crash_leaves_it
 
 pytestmark = pytest.mark.django_db
 
@@ -55,6 +65,10 @@ def test_a_failed_log_write_leaves_the_status_and_marks_pending_then_repair_fixe
     assert (execution.status, execution.result, execution.log_persistence) == ("success", 7, "pending")
     assert list(scheduler.executions.list_log_failures()) == [execution]
     assert "s3cret" not in caplog.text and "nowhere" not in caplog.text
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert (
+        f"scheduler:032 log write failed for {execution.occurrence_id}; left pending for repair" in warnings
+    )
     rows = scheduler.executions.repair_log(execution.occurrence_id)
     assert [(row.attempt, row.status, row.result) for row in rows] == [(1, "success", 7)]
     assert ExecutionLog.objects.get().id == log_id(execution.occurrence_id, 1)
@@ -106,12 +120,8 @@ def test_repair_rebuilds_every_attempt_from_the_journal(clock):
 
 def test_resolve_unknown_needs_the_current_updated_at(clock):
     scheduler.register(definition(cron="0 0 1 1 *"))
-    execution = scheduler.trigger("report")
-    runner = inline_runner(clock)
-    expire_lease(clock)
-    runner.tick()
-    execution.refresh_from_db()
-    assert execution.status == "unknown"
+    scheduler.trigger("report")
+    (execution,) = unknown_as_a_crash_leaves_it(clock)
     with pytest.raises(Conflict):
         scheduler.executions.resolve_unknown(
             execution.occurrence_id,
@@ -202,3 +212,63 @@ def test_logs_can_live_in_another_database(clock):
         assert ExecutionLog.objects.using("logs").count() == 1
     assert not ExecutionLog.objects.using("default").exists()
     assert execution.log_persistence == "persisted"
+
+
+def test_repair_keeps_the_error_of_an_overlap_skip(clock):
+    """Found by the journal invariants test: an overlap skip lost its reason when its log was rebuilt."""
+    scheduler.register(definition("alpha"))
+    scheduler.trigger("alpha")
+    claims.claim(clock.now(), "ghost", 1, 30)  # occupies the serial slot
+    clock.advance(60)
+    inline_runner(clock).tick()  # the minute is skipped: interrupted, reason overlap
+    skipped = Execution.objects.get(trigger_type=TriggerType.SCHEDULED)
+    written = ExecutionLog.objects.get(occurrence_id=skipped.occurrence_id)
+    assert written.error == skipped.error and skipped.error["reason"] == "overlap"
+    (rebuilt,) = scheduler.executions.repair_log(skipped.occurrence_id)
+    assert rebuilt.error == skipped.error
+
+
+def test_a_log_row_lost_at_an_earlier_attempt_is_rebuilt_before_the_execution_is_confirmed(clock):
+    """Found by the journal invariants test (its ghost_recovers rule): the log write of attempt 2
+    must not confirm the row of attempt 1 that nobody wrote; it rebuilds both from the journal."""
+    scheduler.register(definition("alpha", cron="0 0 1 1 *", idempotent=True, retry={"max_attempts": 2}))
+    execution = scheduler.trigger("alpha")
+    runner = inline_runner(clock)
+    expire_lease(clock, node="ghost-1")  # attempt 1 starts, its node dies
+    claims.recover_expired(clock.now(), "ghost-2")  # -> pending; this node dies before writing the log
+    assert not ExecutionLog.objects.exists()
+    expire_lease(clock, node="ghost-3")  # attempt 2 starts, its node dies too
+    runner.tick()  # recovers attempt 2 as unknown and writes its log rows
+    execution.refresh_from_db()
+    assert (execution.status, execution.log_persistence) == (Status.UNKNOWN, LogPersistence.PERSISTED)
+    assert sorted(ExecutionLog.objects.values_list("attempt", "status")) == [
+        (1, Status.UNKNOWN),
+        (2, Status.UNKNOWN),
+    ]
+
+
+def test_get_logs_filters_and_paginates(clock):
+    scheduler.register(definition("a", cron="0 0 1 1 *"))
+    scheduler.register(definition("b", cron="0 0 1 1 *", params={"fail": True}))
+    for _ in range(3):
+        scheduler.trigger("a", source="ops")
+    scheduler.trigger("b")
+    runner = inline_runner(clock)
+    for _ in range(3):
+        runner.tick()
+    page = scheduler.get_logs(task_id="a", page=1, page_size=2)
+    assert (page.count, len(page.results), page.has_next) == (3, 2, True)
+    assert scheduler.get_logs(task_id="a", page=2, page_size=2).results[0].task_id == "a"
+    assert [log.task_id for log in scheduler.get_logs(status="failed").results] == ["b"]
+    assert scheduler.get_logs(trigger_source="ops").count == 3
+    assert scheduler.get_logs(started_after=T0 + timedelta(seconds=1)).count == 0
+    assert scheduler.get_logs(started_before=T0 + timedelta(seconds=1), trigger_type="manual").count == 4
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"status": "nope"}, {"page": 0}, {"page_size": 501}, {"trigger_type": "x"}, {"started_after": "x"}],
+)
+def test_get_logs_refuses_bad_filters(kwargs):
+    with pytest.raises(InvalidDefinition):
+        scheduler.get_logs(**kwargs)

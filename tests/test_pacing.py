@@ -10,8 +10,8 @@ from django.db import connection, transaction
 from django.db.backends import utils
 
 from scheduler_app import scheduler, wakeup
-from scheduler_app.engine import TRIGGER_GATHER
 from scheduler_app.models import Execution, Status, Task
+from scheduler_app.runner.loop import TRIGGER_GATHER
 from tests.conftest import RUNNER_THREAD
 from tests.factories import definition
 from tests.waiting import wait_for

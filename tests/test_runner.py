@@ -7,25 +7,29 @@ from datetime import timedelta
 import pytest
 from django.test import override_settings
 
-from scheduler_app import claims, journal, scheduler
+from scheduler_app import journal, scheduler
 from scheduler_app.models import (
     Execution,
-    ExecutionEvent,
     ExecutionLog,
     Status,
     Task,
     scheduled_occurrence_id,
 )
+from scheduler_app.runner import claims
+from scheduler_app.runner.attempt import Attempt, _finish
+from scheduler_app.runner.recording import Outcome
 from tests import hooks
-from tests.factories import T0, definition, expire_lease, inline_runner
+from tests.factories import (
+    T0,
+    definition,
+    expire_lease,
+    inline_runner,
+    ran_once,
+    transitions,
+    unknown_as_a_crash_leaves_it,
+)
 
 pytestmark = pytest.mark.django_db
-
-
-def transitions(execution: Execution) -> list[tuple[str, str]]:
-    return list(
-        ExecutionEvent.objects.filter(execution_id=execution.sequence).values_list("from_status", "to_status")
-    )
 
 
 def test_a_due_minute_runs_once_with_a_deterministic_occurrence_id(clock):
@@ -37,13 +41,13 @@ def test_a_due_minute_runs_once_with_a_deterministic_occurrence_id(clock):
     execution = Execution.objects.get()
     assert execution.occurrence_id == scheduled_occurrence_id("report", T0 + timedelta(minutes=1))
     assert (execution.status, execution.attempt, execution.result) == (Status.SUCCESS, 1, {"done": 1})
-    assert transitions(execution) == [
+    assert transitions(execution.occurrence_id) == [
         ("", "pending"),
         ("pending", "claimed"),
         ("claimed", "running"),
         ("running", "success"),
     ]
-    assert len(hooks.CALLS) == 1
+    assert hooks.started() == ran_once("report", execution.occurrence_id)
     context = hooks.CALLS[0].context
     assert (context.occurrence_id, context.sequence, context.attempt) == (
         str(execution.occurrence_id),
@@ -211,7 +215,7 @@ def test_misfire_coalesces_within_grace_and_records_older_fire_times_once(clock)
     assert rows[0].error["message"] == (
         "misfire: missed 8 fire times between 2026-03-02T09:01Z and 2026-03-02T09:08Z"
     )
-    assert len(hooks.CALLS) == 1
+    assert hooks.started() == ran_once("report", rows[1].occurrence_id)
     assert Task.objects.get().next_run_at == T0 + timedelta(minutes=11)
 
 
@@ -236,7 +240,7 @@ def test_the_definition_is_reread_before_each_attempt(clock, change, reason):
     scheduler.register(definition())
     runner = inline_runner(clock)
     clock.advance(60)
-    from scheduler_app import scheduling
+    from scheduler_app.runner import scheduling
 
     scheduling.schedule_due(clock.now(), "node-a")
     if change is None:
@@ -303,8 +307,12 @@ def test_a_lost_running_attempt_of_a_non_idempotent_task_becomes_unknown(clock):
     assert (execution.status, execution.attempt) == ("unknown", 1)
     assert not hooks.CALLS
     assert ExecutionLog.objects.get().status == "unknown"
-    late = Execution.objects.fenced(execution.sequence, dead.token).update(status="success")
-    assert late == 0
+    # The dead node comes back and records its outcome the way every runner does: nothing changes.
+    frozen = (Execution.objects.values().get(), transitions(execution.occurrence_id))
+    late = Outcome(Status.SUCCESS, "succeeded", result="late")
+    assert not _finish(Attempt(dead), "dead-node", clock, late, from_status=Status.RUNNING)
+    assert (Execution.objects.values().get(), transitions(execution.occurrence_id)) == frozen
+    assert list(ExecutionLog.objects.values_list("attempt", "status")) == [(1, "unknown")]
 
 
 def test_a_lost_running_attempt_of_an_idempotent_task_runs_again_as_attempt_two(clock):
@@ -316,7 +324,7 @@ def test_a_lost_running_attempt_of_an_idempotent_task_runs_again_as_attempt_two(
     runner.tick()
     execution.refresh_from_db()
     assert (execution.status, execution.attempt) == ("success", 2)
-    assert [call.context.occurrence_id for call in hooks.CALLS] == [str(execution.occurrence_id)]
+    assert hooks.started() == ran_once("report", execution.occurrence_id, 2)
     assert list(ExecutionLog.objects.order_by("attempt").values_list("attempt", "status")) == [
         (1, "unknown"),
         (2, "success"),
@@ -334,10 +342,9 @@ def test_an_idempotent_task_without_attempts_left_becomes_unknown(clock):
 
 def test_unknown_holds_the_serial_slot_until_resolved(clock):
     scheduler.register(definition(cron="0 0 1 1 *"))
-    first = scheduler.trigger("report")
+    scheduler.trigger("report")
+    (first,) = unknown_as_a_crash_leaves_it(clock)
     runner = inline_runner(clock)
-    expire_lease(clock)
-    runner.tick()
     second = scheduler.trigger("report")
     runner.tick()
     second.refresh_from_db()
@@ -367,7 +374,7 @@ def test_a_stop_requested_between_claim_and_start_interrupts_without_running(clo
     runner = inline_runner(clock)
     claimed, _ = claims.claim(clock.now(), runner.node_id, 1, 30)
     scheduler.executions.request_stop(execution.occurrence_id)
-    from scheduler_app.attempt import Attempt, run_attempt
+    from scheduler_app.runner.attempt import Attempt, run_attempt
 
     run_attempt(Attempt(claimed[0]), runner.node_id, clock)
     execution.refresh_from_db()
@@ -465,7 +472,7 @@ def test_a_log_lost_at_an_earlier_attempt_is_rebuilt_by_a_later_one(clock, monke
 
 
 def test_a_large_burst_is_scheduled_in_batches_so_claims_start_early(clock):
-    from scheduler_app.scheduling import BATCH
+    from scheduler_app.runner.scheduling import BATCH
 
     Task.objects.bulk_create(
         Task(id=f"t{i:04d}", name="t", cron="* * * * *", next_run_at=T0 + timedelta(minutes=1))

@@ -1,12 +1,15 @@
 """Redis wake-ups: sent from a thread of their own, coalesced, on one kept connection, never an error."""
 
+import logging
 import os
 import threading
 import time
 
 import pytest
 
-from scheduler_app import wakeup
+from scheduler_app import scheduler, wakeup
+from scheduler_app.models import Execution
+from tests.factories import definition
 from tests.waiting import wait_for
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
@@ -67,10 +70,35 @@ def test_a_burst_of_wake_ups_goes_out_as_fewer_messages_and_the_next_one_still_a
     assert wake_ups.next(5) is not None
 
 
-def test_a_wake_up_to_an_unreachable_redis_is_silent(settings):
+@pytest.mark.django_db
+def test_a_wake_up_to_an_unreachable_redis_is_silent(settings, monkeypatch, caplog):
+    """The trigger returns at once with its row written; the publish fails, raises nothing, logs at INFO."""
     settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "REDIS_URL": "redis://127.0.0.1:1/0"}
-    wakeup.notify()
-    wakeup._sender.flush()  # as at exit: the publish runs here, and fails quietly
+    publishes: list[object] = []
+    publish = wakeup._publish
+
+    def recorded() -> None:
+        try:
+            publish()
+        except BaseException as exc:  # what would end the sender thread
+            publishes.append(exc)
+            raise
+        publishes.append("returned")
+
+    monkeypatch.setattr(wakeup, "_publish", recorded)
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    with caplog.at_level(logging.DEBUG, logger="scheduler_app"):
+        began = time.monotonic()
+        execution = scheduler.trigger("report")
+        elapsed = time.monotonic() - began
+        wait_for(lambda: publishes, timeout=5, message="the wake-up is published")
+        wakeup._sender.flush()  # as at exit: a wake-up still pending is published here
+    assert elapsed < 0.5, f"the trigger waited {elapsed:.2f}s for Redis"
+    assert Execution.objects.filter(occurrence_id=execution.occurrence_id, status="pending").exists()
+    assert set(publishes) == {"returned"}
+    records = [record for record in caplog.records if record.name.startswith("scheduler_app")]
+    assert max(record.levelno for record in records) == logging.INFO
+    assert "redis wake-up not sent" in caplog.text
 
 
 def test_the_caller_never_publishes_itself(settings, monkeypatch):

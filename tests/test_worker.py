@@ -9,7 +9,7 @@ import pytest
 
 from scheduler_app import scheduler
 from scheduler_app.models import Execution, ExecutionEvent, Status
-from tests.factories import definition
+from tests.factories import definition, transitions
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,14 +83,14 @@ def test_an_attempt_whose_lease_cannot_be_renewed_is_cancelled_and_writes_nothin
 def test_attempts_claimed_for_waiting_workers_are_running_when_the_claim_returns(monkeypatch):
     """Those a waiting worker takes at once start in the claim's tick, in one write; the rest
     stay claimed until a worker is free (here never: workers may not start anything)."""
-    from scheduler_app.engine import Runner
-    from scheduler_app.writer import JournalWriter
+    from scheduler_app.runner.loop import SchedulerLoop
+    from scheduler_app.runner.writer import JournalWriter
 
     released = threading.Event()
     monkeypatch.setattr(JournalWriter, "start", lambda self, attempt: released.wait(30) and (False, None))
     scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=3))
     executions = [scheduler.trigger("report", params={"block": 60}) for _ in range(3)]
-    runner = Runner(node_id="prestart", workers=2, lease_seconds=30, drain_seconds=10)
+    runner = SchedulerLoop(node_id="prestart", workers=2, lease_seconds=30, drain_seconds=10)
     runner.start()
     try:
         assert runner._pool is not None
@@ -108,9 +108,9 @@ def test_attempts_claimed_for_waiting_workers_are_running_when_the_claim_returns
 
 
 def test_an_attempt_started_early_and_cancelled_before_its_worker_took_it_ends_without_running(clock):
-    from scheduler_app import claims
-    from scheduler_app.attempt import Attempt, run_attempt
-    from scheduler_app.writer import start_batch
+    from scheduler_app.runner import claims
+    from scheduler_app.runner.attempt import Attempt, run_attempt
+    from scheduler_app.runner.writer import start_batch
     from tests import hooks
 
     scheduler.register(definition(cron="0 0 1 1 *"))
@@ -124,17 +124,17 @@ def test_an_attempt_started_early_and_cancelled_before_its_worker_took_it_ends_w
     run_attempt(attempt, "node-a", clock)
     assert (status_of(execution), execution.error["message"]) == (Status.INTERRUPTED, "shutdown")
     assert len(hooks.CALLS) == calls
-    moves = list(execution.events.order_by("id").values_list("from_status", "to_status"))
+    moves = transitions(execution.occurrence_id)
     assert moves[-2:] == [(Status.CLAIMED, Status.RUNNING), (Status.RUNNING, Status.INTERRUPTED)]
 
 
 def test_attempts_still_reach_their_workers_when_starting_them_early_fails(running, monkeypatch):
-    from scheduler_app import engine
+    from scheduler_app.runner import loop
 
     def broken(attempts, node, now):
         raise RuntimeError("a bug in the early start")
 
-    monkeypatch.setattr(engine, "start_batch", broken)
+    monkeypatch.setattr(loop, "start_batch", broken)
     scheduler.register(definition(cron="0 0 1 1 *"))
     running()
     execution = scheduler.trigger("report", params={"result": "ran"}, wait=10)

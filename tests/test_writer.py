@@ -10,9 +10,11 @@ import pytest
 from django.db import OperationalError, connections
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
-from scheduler_app import claims, db, scheduler, writer
-from scheduler_app.attempt import Attempt, Outcome, plan_finish, record_finish, record_start
+from scheduler_app import scheduler, statements
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status
+from scheduler_app.runner import claims, writer
+from scheduler_app.runner.attempt import Attempt
+from scheduler_app.runner.recording import Outcome, plan_finish, record_finish, record_start
 from tests.factories import definition
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,11 +43,12 @@ OUTCOMES = [
 @pytest.fixture(params=["transaction", "statement"])
 def write(request):
     """Each way to write a batch: the ORM transaction (every backend), one statement (PostgreSQL)."""
-    if request.param == "transaction":
-        return writer.write_batch
-    if not db.server_binding():
-        pytest.skip("one statement per batch is PostgreSQL's")
-    return writer.write_statement
+    chosen = statements.ORM
+    if request.param == "statement":
+        chosen = statements.journal_statements()
+        if chosen is statements.ORM:
+            pytest.skip("one statement per batch is PostgreSQL's")
+    return lambda group, node, now: writer.write_group(chosen, group, node, now)
 
 
 def claimed(clock, task_id: str, n: int, **task: Any) -> list[Attempt]:
@@ -169,12 +172,11 @@ def test_a_batch_that_fails_is_written_one_request_at_a_time(clock, monkeypatch)
     attempts = claimed(clock, "report", 8)
     failures = []
 
-    def fail(batch, node, now):
+    def fail(statements, batch, node, now):
         failures.append(len(batch))
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(writer, "write_batch", fail)
-    monkeypatch.setattr(writer, "write_statement", fail)
+    monkeypatch.setattr(writer, "write_group", fail)
     journal_writer = writer.JournalWriter("node-a", clock)
     batch = [writer._Request(a) for a in attempts]
     journal_writer._write(batch)  # as the writer thread does with what it dequeued together

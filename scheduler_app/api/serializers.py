@@ -17,6 +17,7 @@ from scheduler_app.handlers import registry
 from scheduler_app.logs import LOG_FIELDS
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status, Task, TriggerType
 from scheduler_app.services import MAX_PAGE_SIZE
+from scheduler_app.values import short_text
 
 MAX_PAGE = 1_000_000
 
@@ -33,7 +34,7 @@ class PassThroughSerializer(serializers.Serializer):
         read_only = {name for name, field in self.fields.items() if field.read_only}
         unknown = sorted(str(key) for key in data if key not in self.fields)
         if unknown:
-            names = ", ".join(definitions.short_text(key) for key in unknown)
+            names = ", ".join(short_text(key) for key in unknown)
             raise serializers.ValidationError({"": [f"Unknown fields: {names}."]})
         values = {key: value for key, value in data.items() if key not in read_only}
         errors: dict[str, Any] = {}

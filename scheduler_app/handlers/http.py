@@ -9,7 +9,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urljoin, urlsplit, urlunsplit
 
 import requests
@@ -18,12 +18,12 @@ from requests.exceptions import InvalidHeader
 from requests.utils import check_header_validity, default_headers, get_auth_from_url
 
 from scheduler_app.conf import scheduler_settings
-from scheduler_app.definitions import short_text
 from scheduler_app.events import ExecutionContext, TaskEvent
 from scheduler_app.handlers.base import Handler, HandlerError
 from scheduler_app.handlers.http_network import AddressRefused, NetworkPolicy
 from scheduler_app.handlers.http_transport import Aborted, PinnedAdapter, Route, Watchdog
 from scheduler_app.storable import storable
+from scheduler_app.values import is_number, short_text
 
 API_FAILED = "scheduler:025"
 KEYS = frozenset(
@@ -75,11 +75,11 @@ class HttpHandler(Handler):
         if header_errors:
             errors["headers"] = header_errors
         timeout = config.get("timeout")
-        if "timeout" in config and not (_is_number(timeout) and 0 < timeout <= MAX_TIMEOUT):
+        if "timeout" in config and not (is_number(timeout) and 0 < timeout <= MAX_TIMEOUT):
             errors["timeout"] = [f"Must be a number of seconds above 0 and at most {MAX_TIMEOUT}."]
         size = config.get("max_response_bytes")
         if "max_response_bytes" in config and not (
-            _is_number(size) and isinstance(size, int) and 0 < size <= MAX_RESPONSE_BYTES
+            is_number(size) and isinstance(size, int) and 0 < size <= MAX_RESPONSE_BYTES
         ):
             errors["max_response_bytes"] = [
                 f"Must be a positive integer of bytes, at most {MAX_RESPONSE_BYTES}."
@@ -542,10 +542,6 @@ def _read_alike(url: str) -> bool:
 def _is_json_type(content_type: str) -> bool:
     media = content_type.split(";")[0].strip().lower()
     return media == "application/json" or media.endswith("+json")
-
-
-def _is_number(value: Any) -> TypeGuard[int | float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _decode(body: bytes, encoding: str | None) -> str:

@@ -13,6 +13,7 @@ from scheduler_app.events import TaskEvent
 from scheduler_app.handlers.base import Handler, HandlerError
 from scheduler_app.handlers.js_child import JS_COMPILE_FAILED, JS_FAILED
 from scheduler_app.handlers.js_pool import Pool, shared_pool
+from scheduler_app.values import is_number
 
 KEYS = frozenset({"kind", "code", "timeout"})
 MAX_TIMEOUT = 3600
@@ -44,7 +45,7 @@ class JavaScriptHandler(Handler):
         elif problem := compile_error(code):
             errors["code"] = [f"{JS_COMPILE_FAILED} {problem}"]
         timeout = config.get("timeout", 1)
-        if not _is_number(timeout) or not 0 < timeout <= MAX_TIMEOUT:
+        if not is_number(timeout) or not 0 < timeout <= MAX_TIMEOUT:
             errors["timeout"] = [f"Must be a number of seconds above 0 and at most {MAX_TIMEOUT}."]
         return errors
 
@@ -111,10 +112,6 @@ def _context(event: TaskEvent) -> dict[str, Any]:
         "params": context.params,
         "trigger": {"type": context.trigger_type, "source": context.trigger_source},
     }
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _refuse(constant: str) -> Any:

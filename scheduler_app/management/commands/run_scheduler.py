@@ -1,4 +1,4 @@
-"""manage.py run_scheduler: a thin shell around engine.Runner."""
+"""manage.py run_scheduler: a thin shell around runner.loop.SchedulerLoop."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler_app.conf import scheduler_settings
-from scheduler_app.engine import Runner
 from scheduler_app.exceptions import SchedulerError
+from scheduler_app.runner.loop import SchedulerLoop
 from scheduler_app.services import validate_declared_tasks
 
 
@@ -51,7 +51,7 @@ class Command(BaseCommand):
                 f"{field}: {' '.join(messages)}" for field, messages in exc.details.get("errors", {}).items()
             )
             raise CommandError(f"{exc.code}: {exc.message} {details}".strip()) from None
-        runner = Runner(
+        runner = SchedulerLoop(
             node_id=options["node_id"],
             workers=options["workers"],
             tick_interval=options["tick_interval"],

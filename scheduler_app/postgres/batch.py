@@ -1,6 +1,6 @@
 """The journal writer's batches on PostgreSQL: all starts, or all outcomes, of a batch in one statement.
 
-The ORM path of ``writer.write_batch`` takes a transaction of six round trips
+The ORM path (``statements.orm.Statements``) takes a transaction of six round trips
 or more (BEGIN, the fenced lock, an UPDATE per kind of move, the events, the
 log rows, COMMIT). Here one statement, atomic on its own in autocommit, locks
 the rows in sequence order (as ``journal.lock_rows`` does), keeps those still
@@ -19,14 +19,18 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import Field, Model
 
-from scheduler_app import db, journal
-from scheduler_app.attempt import Attempt, Finish
+from scheduler_app import journal
 from scheduler_app.logs import LOG_FIELDS
-from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, LogPersistence, Status
+from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status
+from scheduler_app.postgres import binding
+
+if TYPE_CHECKING:
+    from scheduler_app.runner.attempt import Attempt
+    from scheduler_app.runner.recording import Finish
 
 # Every column a Finish may set; a row leaves the ones its plan does not name as they are.
 FINISH_COLUMNS = (
@@ -57,16 +61,18 @@ def _unnest(alias: str, columns: Sequence[tuple[str, str]]) -> str:
 
 
 def _typed(model: type[Model], names: Sequence[str], prefix: str = "") -> list[tuple[str, str]]:
-    connection = db.journal_connection()
+    connection = binding.journal_connection()
     return [(prefix + name, _field(model, name).cast_db_type(connection) or "text") for name in names]
 
 
 def _tables() -> tuple[str, str, str]:
-    return db.table(Execution), db.table(ExecutionEvent), db.table(ExecutionLog)
+    return binding.table(Execution), binding.table(ExecutionEvent), binding.table(ExecutionLog)
 
 
 def _owned_rows(status_test: str) -> str:
     """The CTE ``l``: the rows of ``v`` still owned, locked in the order of ``v`` (by sequence).
+
+    The SQL twin of ``journal.owned`` (the token, and a status test).
 
     One primary-key lookup per row, whatever the planner believes of the table's size;
     ``l`` carries ``v``'s columns, so later steps join nothing else.
@@ -91,7 +97,7 @@ def _start_sql() -> str:
     batch = _unnest("v", [("sequence", "bigint"), ("token", "text")])
     return (
         f"WITH v AS (SELECT * FROM {batch}),"
-        f" {_owned_rows(f'e.status = {db.status_literal(Status.CLAIMED)} AND NOT e.stop_requested')},"
+        f" {_owned_rows(f'e.status = {binding.status_literal(Status.CLAIMED)} AND NOT e.stop_requested')},"
         f" u AS (UPDATE {execution} e SET status = %s, started_at = %s, updated_at = %s"
         " FROM l WHERE e.sequence = l.sequence RETURNING e.sequence, e.attempt),"
         f" {_event_insert('SELECT u.sequence, %s, %s, %s, %s, %s, u.attempt, NULL, NULL FROM u')}"
@@ -175,8 +181,7 @@ def finish(finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
     rows, log_rows = [], []
     for f in sorted(finishes, key=lambda f: f.attempt.claim.execution.sequence):
         sequence = f.attempt.claim.execution.sequence
-        persistence = LogPersistence.PERSISTED if f.log_with_outcome else LogPersistence.PENDING
-        values = {**f.fields, "status": f.to_status, "updated_at": f.now, "log_persistence": persistence}
+        values = f.columns()
         rows.append(
             {
                 "sequence": sequence,
@@ -214,6 +219,6 @@ def _json_default(value: Any) -> str:
 
 
 def _run(sql: str, params: list[Any]) -> list[int]:
-    with db.bound_cursor(db.journal_connection()) as cursor:
+    with binding.bound_cursor(binding.journal_connection()) as cursor:
         cursor.execute(sql, params)
         return [sequence for (sequence,) in cursor.fetchall()]

@@ -1,6 +1,6 @@
 """Fault injection on real runner processes: crashes and lost connections at precise points.
 
-The faults are installed in the runner subprocesses only (tests/faults.py,
+The faults are installed in the runner subprocesses only (tests/system/faults.py,
 SCHEDULER_FAULT); the product code runs unchanged. Outcomes are read from the
 journal and from the hook's side-effect files.
 """
@@ -15,8 +15,8 @@ from django.db import connection
 
 from scheduler_app import scheduler
 from scheduler_app.models import Execution, ExecutionLog, LogPersistence, Runner, Status
-from tests.factories import definition
-from tests.faults import (  # noqa: F401 - runners is a fixture
+from tests.factories import definition, ran_once, transitions
+from tests.system.faults import (  # noqa: F401 - runners is a fixture
     BrokenRedis,
     FaultyRunner,
     kill_other_connections,
@@ -54,10 +54,6 @@ def wait_for_renewals(node_id: str, count: int = 2, timeout: float = 15) -> None
         wait_for(lambda before=before: last_seen(node_id) not in (None, before), timeout=timeout)
 
 
-def transitions(execution: Execution) -> list[tuple[str, str]]:
-    return list(execution.events.order_by("id").values_list("from_status", "to_status"))
-
-
 # 1 -------------------------------------------------------------------------------
 
 
@@ -75,10 +71,10 @@ def test_sigkill_after_the_claim_before_the_start_is_reclaimed_and_runs_once(run
     survivor = runners.start("survivor")
     wait_for(lambda: status_of(occurrence) == Status.SUCCESS, timeout=20)
 
-    assert runners.starts() == Counter({f"report,{occurrence},1": 1})
+    assert runners.starts() == ran_once("report", occurrence)
     done = execution_of(occurrence)
     assert (done.attempt, done.owner, done.result) == (1, "survivor", "once")
-    moves = transitions(done)
+    moves = transitions(occurrence)
     released = moves.index((Status.CLAIMED, Status.PENDING))
     assert moves[released:] == [
         (Status.CLAIMED, Status.PENDING),
@@ -101,19 +97,19 @@ def test_sigkill_after_the_handler_returned_before_the_outcome_was_written(runne
     wait_for(lambda: runners.reached("pause_after_handler") == occurrence, message="handler return")
     running = execution_of(occurrence)
     assert (running.status, running.attempt, running.result) == (Status.RUNNING, 1, None)
-    assert runners.starts() == Counter({f"report,{occurrence},1": 1})
+    assert runners.starts() == ran_once("report", occurrence)
 
     victim.kill()
     survivor = runners.start("survivor")
     if not idempotent:
         wait_for(lambda: status_of(occurrence) == Status.UNKNOWN, timeout=20)
         wait_for_renewals("survivor", 3)
-        assert runners.starts() == Counter({f"report,{occurrence},1": 1})
+        assert runners.starts() == ran_once("report", occurrence)
         unknown = execution_of(occurrence)
         assert (unknown.attempt, unknown.result, unknown.error["reason"]) == (1, None, "lease expired")
     else:
         wait_for(lambda: status_of(occurrence) == Status.SUCCESS, timeout=20)
-        assert runners.starts() == Counter({f"report,{occurrence},1": 1, f"report,{occurrence},2": 1})
+        assert runners.starts() == ran_once("report", occurrence, 1, 2)
         rerun = execution_of(occurrence)
         assert (rerun.attempt, rerun.owner, rerun.result) == (2, "survivor", {"ok": True, "attempt": 2})
     assert Execution.objects.filter(task_id="report").count() == 1
@@ -152,7 +148,7 @@ def test_connections_killed_inside_the_finish_write(runners, point):
     later = scheduler.trigger("later", params={"result": "later"}, wait=30)
     assert (later.status, later.result) == (Status.SUCCESS, "later")
     assert runner.alive
-    assert runners.starts() == Counter({f"report,{occurrence},1": 1, f"later,{later.occurrence_id},1": 1})
+    assert runners.starts() == ran_once("report", occurrence) + ran_once("later", later.occurrence_id)
     assert status_of(occurrence) == final.status
     assert runner.stop() == 0
 
@@ -206,7 +202,7 @@ def test_a_poison_task_that_kills_its_runner_ends_unknown(runners, idempotent):
     wait_for(supervise, timeout=60, interval=0.1)
     crashes = 3 if idempotent else 1
     assert [process.process.returncode for process in supervised[:-1]] == [1] * crashes
-    assert runners.starts() == Counter({f"poison,{occurrence},{n}": 1 for n in range(1, crashes + 1)})
+    assert runners.starts() == ran_once("poison", occurrence, *range(1, crashes + 1))
     unknown = execution_of(occurrence)
     assert (unknown.attempt, unknown.error["reason"]) == (crashes, "lease expired")
 
@@ -225,7 +221,7 @@ def test_a_poison_task_that_kills_its_runner_ends_unknown(runners, idempotent):
 
 @pytest.mark.skipif(connection.vendor != "mysql", reason="wait_timeout is a MariaDB/MySQL setting")
 def test_connections_idle_past_wait_timeout_do_not_stop_the_runner(runners):
-    # SESSION wait_timeout set on each of the runner's connections (tests/faults.py) rather than
+    # SESSION wait_timeout set on each of the runner's connections (tests/system/faults.py) rather than
     # GLOBAL: the server is shared, and a global change would hit other suites' connections too.
     scheduler.register(definition(cron=NEVER))
     runner = runners.start("idle", "--tick-interval", "2.5", "--workers", "1", fault="mysql_wait_timeout=1")
@@ -236,9 +232,8 @@ def test_connections_idle_past_wait_timeout_do_not_stop_the_runner(runners):
     second = scheduler.trigger("report", params={"result": 2}, wait=45)
     assert (second.status, second.result) == (Status.SUCCESS, 2)
     assert runner.alive
-    assert runners.starts() == Counter(
-        {f"report,{first.occurrence_id},1": 1, f"report,{second.occurrence_id},1": 1}
-    )
+    both = ran_once("report", first.occurrence_id) + ran_once("report", second.occurrence_id)
+    assert runners.starts() == both
     assert runner.stop() == 0
 
 

@@ -1,4 +1,4 @@
-"""The Runner: tick loop, claims, lease renewal, dispatch to workers and shutdown."""
+"""The runner process: tick loop, claims, lease renewal, dispatch to workers and shutdown."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, transaction
 
-from scheduler_app import __version__, claims, db, journal, logs, scheduling, wakeup
-from scheduler_app.attempt import Attempt, run_attempt
-from scheduler_app.clock import Clock, DatabaseClock
+from scheduler_app import __version__, db, journal, logs, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import StorageError
-from scheduler_app.models import LEASED, Execution, Status
-from scheduler_app.models import Runner as RunnerRecord
+from scheduler_app.models import LEASED, Execution, Runner, Status
+from scheduler_app.runner import claims, scheduling
+from scheduler_app.runner.attempt import Attempt, run_attempt
+from scheduler_app.runner.clock import Clock, DatabaseClock
+from scheduler_app.runner.writer import JournalWriter, start_batch
 from scheduler_app.services import scheduler
-from scheduler_app.writer import JournalWriter, start_batch
 
 logger = logging.getLogger("scheduler_app")
 
@@ -85,7 +85,7 @@ class WorkerPool:
         return not any(thread.is_alive() for thread in self._threads)
 
 
-class Runner:
+class SchedulerLoop:
     """One scheduler process: create occurrences, claim them, run them, keep their leases."""
 
     def __init__(
@@ -134,7 +134,7 @@ class Runner:
         scheduler.refresh_tasks()
         self.clock.observe(db.probe().now)
         now = self.clock.now()
-        RunnerRecord.objects.update_or_create(
+        Runner.objects.update_or_create(
             node_id=self.node_id,
             defaults={
                 "host": socket.gethostname()[:200],
@@ -239,7 +239,7 @@ class Runner:
         if self._writer is not None:
             self._writer.stop(self.drain_seconds)
         with suppress(*DATABASE_ERRORS):
-            RunnerRecord.objects.filter(node_id=self.node_id).update(
+            Runner.objects.filter(node_id=self.node_id).update(
                 stopped_at=self.clock.now(), last_seen_at=self.clock.now()
             )
         connections.close_all()
@@ -321,7 +321,7 @@ class Runner:
             self._write_log(item.execution, item.task_name, item.log_status)
         attempts = []
         for claim in claimed:
-            attempt = Attempt(claim, writer=self._writer)
+            attempt = Attempt(claim, journal=self._writer)
             assert claim.execution.lease_expires_at is not None
             attempt.lease_deadline = self._local(claim.execution.lease_expires_at)
             with self._lock:
@@ -388,15 +388,15 @@ class Runner:
         with self._lock:
             attempts = list(self.in_flight.values())
         try:
-            RunnerRecord.objects.filter(node_id=self.node_id).update(last_seen_at=now)
+            Runner.objects.filter(node_id=self.node_id).update(last_seen_at=now)
             if not attempts:
                 return
             tokens = {attempt.claim.execution.sequence: attempt.claim.token for attempt in attempts}
             with transaction.atomic():
                 state = {
-                    sequence: stop
-                    for sequence, (token, status, stop) in journal.lock_rows(tokens).items()
-                    if token == tokens[sequence] and status in LEASED
+                    sequence: row[2]
+                    for sequence, row in journal.lock_rows(tokens).items()
+                    if journal.holds(row, tokens[sequence], *LEASED, starting=False)
                 }
                 lease_until = now + timedelta(seconds=self.lease_seconds)
                 Execution.objects.filter(sequence__in=list(state)).update(lease_expires_at=lease_until)

@@ -1,6 +1,6 @@
 """Outages, lost connections, skewed clocks, long downtime and racing operators.
 
-Real runner processes where the fault needs one (tests/faults.py patches the
+Real runner processes where the fault needs one (tests/system/faults.py patches the
 runner subprocesses, never the product), an injected clock where precision
 matters more than realism. Outcomes are read from the journal, from the
 side-effect files the hooks write and from the database clock.
@@ -22,12 +22,14 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
-from scheduler_app import claims, db, journal, scheduler, wakeup
+from scheduler_app import db, journal, scheduler, wakeup
 from scheduler_app.exceptions import Conflict
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Runner, Status, Task
+from scheduler_app.runner import claims
+from scheduler_app.runner.clock import FakeClock
 from tests import hooks
-from tests.factories import T0, definition, inline_runner
-from tests.faults import (  # noqa: F401 - runners is a fixture
+from tests.factories import T0, definition, inline_runner, ran_once, transitions, unknown_as_a_crash_leaves_it
+from tests.system.faults import (  # noqa: F401 - runners is a fixture
     FaultyRunner,
     ThrowawayPostgres,
     kill_backend,
@@ -36,7 +38,7 @@ from tests.faults import (  # noqa: F401 - runners is a fixture
     stamps,
     ticks,
 )
-from tests.processes import ROOT, starts
+from tests.system.processes import ROOT, starts
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,10 +62,6 @@ def status_of(occurrence_id: Any) -> str:
 
 def events_of(occurrence_id: Any) -> list[ExecutionEvent]:
     return list(ExecutionEvent.objects.filter(execution__occurrence_id=occurrence_id).order_by("id"))
-
-
-def transitions(occurrence_id: Any) -> list[tuple[str, str]]:
-    return [(event.from_status, event.to_status) for event in events_of(occurrence_id)]
 
 
 def database_now() -> datetime:
@@ -96,7 +94,7 @@ def test_a_connection_killed_inside_the_claim_rolls_it_back_and_the_occurrence_r
         (Status.CLAIMED, Status.RUNNING),
         (Status.RUNNING, Status.SUCCESS),
     ]
-    assert runners.starts() == Counter({f"report,{occurrence},1": 1})
+    assert runners.starts() == ran_once("report", occurrence)
     assert runner.alive
     assert runner.stop() == 0
 
@@ -123,7 +121,7 @@ def test_a_connection_killed_inside_the_lease_renewal_is_replaced_and_the_attemp
         (Status.CLAIMED, Status.RUNNING),
         (Status.RUNNING, Status.SUCCESS),
     ]
-    assert runners.starts() == Counter({f"report,{occurrence},1": 1})
+    assert runners.starts() == ran_once("report", occurrence)
     assert runner.alive
     assert runner.stop() == 0
 
@@ -165,13 +163,13 @@ def test_a_runner_that_cannot_renew_its_lease_stops_the_handler_on_its_own_clock
         wait_for(lambda: status_of(occurrence) == Status.UNKNOWN, timeout=15)
         unknown = execution_of(occurrence)
         assert (unknown.attempt, unknown.error["reason"], unknown.result) == (1, "lease expired", None)
-        assert runners.starts() == Counter({f"report,{occurrence},1": 1})
+        assert runners.starts() == ran_once("report", occurrence)
     else:
         wait_for(lambda: status_of(occurrence) == Status.SUCCESS, timeout=20)
         rerun = execution_of(occurrence)
         assert (rerun.attempt, rerun.result) == (2, {"ok": True, "attempt": 2})
         assert (Status.RUNNING, Status.PENDING) in transitions(occurrence)
-        assert runners.starts() == Counter({f"report,{occurrence},1": 1, f"report,{occurrence},2": 1})
+        assert runners.starts() == ran_once("report", occurrence, 1, 2)
     # Attempt 1 ended without an outcome written by its runner, and no effect of it came after the cancel.
     ends_of_attempt_one = [
         event for event in events_of(occurrence) if event.attempt == 1 and event.from_status == Status.RUNNING
@@ -299,7 +297,7 @@ def test_runners_with_clocks_five_minutes_off_fire_each_minute_on_time(runners):
         assert row.scheduled_for == minute
         # Started by the database clock at or after the minute, and promptly.
         assert minute <= started[str(row.occurrence_id)] < minute + timedelta(seconds=5)
-    assert runners.starts() == Counter({f"{row.task_id},{row.occurrence_id},1": 1 for row in rows})
+    assert runners.starts() == sum((ran_once(row.task_id, row.occurrence_id) for row in rows), Counter())
     assert ahead.alive and behind.alive
     assert ahead.stop() == 0
     assert behind.stop() == 0
@@ -449,22 +447,8 @@ def unknown_executions(count: int) -> list[Execution]:
     scheduler.register(definition(cron=NEVER, idempotent=False, max_concurrency=count))
     for _ in range(count):
         scheduler.trigger("report")
-    now = datetime.now(UTC)
-    claimed, _ = claims.claim(now, "dead-node", count, 0.001)
-    for claim in claimed:
-        assert journal.transition(
-            claim.execution.sequence,
-            Status.CLAIMED,
-            Status.RUNNING,
-            at=now,
-            reason="started",
-            token=claim.token,
-            attempt=1,
-            fields={"started_at": now},
-        )
-    ended = claims.recover_expired(now + timedelta(seconds=1), "rescuer")
-    assert len(ended) == count
-    return list(Execution.objects.filter(status=Status.UNKNOWN).order_by("sequence"))
+    # The resolving threads read the real clock: only the crash and its recovery run on this one.
+    return unknown_as_a_crash_leaves_it(FakeClock(datetime.now(UTC)), count)
 
 
 def resolve_at_once(execution: Execution, statuses: tuple[str, ...]) -> dict[str, Any]:
@@ -538,16 +522,15 @@ def test_an_operator_resolving_while_a_late_runner_finishes_wins_and_the_fenced_
     assert resolved.status == status
     final = execution_of(occurrence)
     assert (final.status, final.result, final.updated_at) == (status, None, resolved.updated_at)
-    moves = events_of(occurrence)
-    assert [(event.from_status, event.to_status) for event in moves] == [
+    assert transitions(occurrence) == [
         ("", Status.PENDING),
         (Status.PENDING, Status.CLAIMED),
         (Status.CLAIMED, Status.RUNNING),
         (Status.RUNNING, Status.UNKNOWN),
         (Status.UNKNOWN, status),
     ]
-    assert moves[-1].node == "alice"
-    assert runners.starts() == Counter({f"report,{occurrence},1": 1})
+    assert events_of(occurrence)[-1].node == "alice"
+    assert runners.starts() == ran_once("report", occurrence)
     assert late.alive
     assert late.stop() == 0
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class RunnerProcess:

@@ -57,10 +57,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tests.processes import ROOT, RunnerProcess
-from tests.processes import starts as side_effect_starts
+from tests.system.processes import ROOT, RunnerProcess
+from tests.system.processes import starts as side_effect_starts
 
-ENTRY = "import tests.faults as faults; faults.main()"
+ENTRY = "import tests.system.faults as faults; faults.main()"
 POLL = 0.02
 
 
@@ -105,28 +105,29 @@ def install() -> None:
     if not faults:
         return
 
-    from scheduler_app import attempt, engine, journal
+    from scheduler_app import journal
     from scheduler_app.models import Status
+    from scheduler_app.runner import attempt, loop
 
     if "pause_before_start" in faults:
-        original_run_attempt = attempt.run_attempt  # the object engine imported by name
+        original_run_attempt = attempt.run_attempt  # the object the loop imported by name
 
         @functools.wraps(original_run_attempt)
         def run_attempt(item: Any, node: str, clock: Any) -> None:
             _pause("pause_before_start", str(item.claim.execution.occurrence_id))
             original_run_attempt(item, node, clock)
 
-        _patch(engine, "run_attempt", run_attempt)
+        _patch(loop, "run_attempt", run_attempt)
 
         # Attempts that a waiting worker takes at once are started by the runner's thread.
-        original_start_batch = engine.start_batch
+        original_start_batch = loop.start_batch
 
         @functools.wraps(original_start_batch)
         def start_batch(attempts: Any, node: str, now: Any) -> None:
             _pause("pause_before_start", str(attempts[0].claim.execution.occurrence_id))
             original_start_batch(attempts, node, now)
 
-        _patch(engine, "start_batch", start_batch)
+        _patch(loop, "start_batch", start_batch)
 
     if "pause_after_handler" in faults:
         original_call_handler = attempt.call_handler
@@ -163,11 +164,11 @@ def install() -> None:
 
         _patch(journal, "transition", transition)
 
-        # On PostgreSQL the journal writer records outcomes with one statement (pg_batch.finish),
+        # On PostgreSQL the journal writer records outcomes with one statement (postgres.batch.finish),
         # in autocommit. Run here in a transaction of its own, it offers the same two points.
         from django.db import transaction
 
-        from scheduler_app import pg_batch
+        from scheduler_app.postgres import batch as pg_batch
 
         original_finish = pg_batch.finish
 
@@ -219,7 +220,7 @@ def install() -> None:
         _install_hook_faults(faults)
 
     if "no_self_fence" in faults:
-        _patch(engine.Runner, "cancel_overdue", lambda self: None)
+        _patch(loop.SchedulerLoop, "cancel_overdue", lambda self: None)
 
 
 def _normalised(sql: str) -> str:

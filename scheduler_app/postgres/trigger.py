@@ -19,8 +19,9 @@ from typing import Any
 
 from django.db.models import Field
 
-from scheduler_app import db, journal
+from scheduler_app import journal
 from scheduler_app.models import Execution, ExecutionEvent, Status, Task, TriggerType
+from scheduler_app.postgres import binding
 
 FROM_TASK = {
     "task_revision": "t.revision",
@@ -63,7 +64,7 @@ def _literal(field: Field[Any, Any], value: Any, connection: Any) -> str:
 
 @cache
 def _statement() -> str:
-    connection = db.journal_connection()
+    connection = binding.journal_connection()
     quote = connection.ops.quote_name
     template = Execution(trigger_type=TriggerType.MANUAL)
     fields = [f for f in Execution._meta.concrete_fields if not f.primary_key]
@@ -85,13 +86,13 @@ def _statement() -> str:
         for f in event_fields[1:]
     ]
     return (
-        f"WITH t AS (SELECT revision, params, retry_max_attempts FROM {db.table(Task)}"
+        f"WITH t AS (SELECT revision, params, retry_max_attempts FROM {binding.table(Task)}"
         " WHERE id = %(task_id)s),"
-        f" e AS (INSERT INTO {db.table(Execution)}"
+        f" e AS (INSERT INTO {binding.table(Execution)}"
         f" ({', '.join(quote(str(f.column)) for f in fields)})"
         f" SELECT {', '.join(values)} FROM t"
         f" ON CONFLICT DO NOTHING RETURNING {', '.join(RETURNED)}),"
-        f" v AS (INSERT INTO {db.table(ExecutionEvent)}"
+        f" v AS (INSERT INTO {binding.table(ExecutionEvent)}"
         f" ({', '.join(quote(str(f.column)) for f in event_fields)})"
         f" SELECT e.sequence, {', '.join(event_values)} FROM e)"
         f" SELECT {', '.join(RETURNED)} FROM e"
@@ -105,12 +106,12 @@ def insert_manual(execution: Execution, caller_params: dict[str, Any], reason: s
     defaults, and it is due, created and updated at ``now``. True and ``execution`` completed
     when inserted; False when nothing was written.
     """
-    connection = db.journal_connection()
+    connection = binding.journal_connection()
     values = {name: getattr(execution, attname) for attname, name in FROM_CALLER.items() if name != "now"}
     values["now"] = now
     values["params"] = Execution._meta.get_field("params").get_db_prep_save(caller_params, connection)
     values["reason"] = reason[: journal.REASON_LENGTH]
-    with db.bound_cursor(connection) as cursor:
+    with binding.bound_cursor(connection) as cursor:
         cursor.execute(_statement(), values)
         row = cursor.fetchone()
     if row is None:

@@ -1,10 +1,11 @@
 """The claim's statements on PostgreSQL: fixed texts with server-bound parameters.
 
-``claims.claim`` decides which rows to take; these four statements read and
-write for it in its transaction. Built through the ORM, they cost several
+``runner.claims.claim`` decides which rows to take; these four statements read
+and write for it in its transaction. Built through the ORM, they cost several
 milliseconds of Python per claim, more than the database spends on them, and
 a busy runner claims dozens of times a second. Each does what its ORM
-counterpart in ``claims`` does, and the claim tests run against both.
+counterpart in ``statements.orm.Statements`` does, and the claim tests run
+against both.
 """
 
 from __future__ import annotations
@@ -17,19 +18,20 @@ from typing import Any, TypeVar
 
 from django.db.models import Model
 
-from scheduler_app import db, journal
+from scheduler_app import journal
 from scheduler_app.models import OCCUPYING, Execution, ExecutionEvent, Status, Task
+from scheduler_app.postgres import binding
 
 M = TypeVar("M", bound=Model)
 
 
 @cache
 def _names() -> dict[str, str]:
-    quote = db.journal_connection().ops.quote_name
+    quote = binding.journal_connection().ops.quote_name
     return {
-        "execution": db.table(Execution),
-        "task": db.table(Task),
-        "event": db.table(ExecutionEvent),
+        "execution": binding.table(Execution),
+        "task": binding.table(Task),
+        "event": binding.table(ExecutionEvent),
         "execution_columns": ", ".join(f"e.{quote(f.column)}" for f in Execution._meta.concrete_fields),
         "task_columns": ", ".join(f"t.{quote(f.column)}" for f in Task._meta.concrete_fields),
     }
@@ -38,13 +40,13 @@ def _names() -> dict[str, str]:
 def _fetch(model: type[M], sql: str, params: list[Any], names: Sequence[str] | None = None) -> list[M]:
     """Model instances from rows of ``model``'s columns ``names`` (all by default), in that order,
     converted as the ORM would; columns left out are deferred."""
-    connection = db.journal_connection()
+    connection = binding.journal_connection()
     fields = list(model._meta.concrete_fields)
     if names:
         by_name = {f.attname: f for f in fields}
         fields = [by_name[name] for name in names]
     converters = [(i, c) for i, f in enumerate(fields) for c in f.get_db_converters(connection)]
-    with db.bound_cursor(connection) as cursor:
+    with binding.bound_cursor(connection) as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     attnames = [f.attname for f in fields]
@@ -76,9 +78,9 @@ def candidates(now: datetime, limit: int) -> list[Execution]:
     n = _names()
     sql = (
         f"SELECT {', '.join(f'e.{name}' for name in CANDIDATE_FIELDS)} FROM {n['execution']} e"
-        f" WHERE e.status = {db.status_literal(Status.PENDING)} AND e.due_at <= %s AND e.task_id NOT IN ("
+        f" WHERE e.status = {binding.status_literal(Status.PENDING)} AND e.due_at <= %s AND e.task_id NOT IN ("
         f"SELECT o.task_id FROM {n['execution']} o JOIN {n['task']} t ON t.id = o.task_id"
-        f" WHERE o.status IN {db.status_literal(*OCCUPYING)}"
+        f" WHERE o.status IN {binding.status_literal(*OCCUPYING)}"
         " GROUP BY o.task_id, t.max_concurrency HAVING COUNT(*) >= t.max_concurrency)"
         " ORDER BY e.due_at, e.sequence LIMIT %s FOR UPDATE OF e SKIP LOCKED"
     )
@@ -101,10 +103,10 @@ def busy(task_ids: Iterable[str]) -> dict[str, int]:
     n = _names()
     sql = (
         f"SELECT t.id, (SELECT COUNT(*) FROM {n['execution']} o"
-        f" WHERE o.task_id = t.id AND o.status IN {db.status_literal(*OCCUPYING)})"
+        f" WHERE o.task_id = t.id AND o.status IN {binding.status_literal(*OCCUPYING)})"
         " FROM unnest(%s::text[]) AS t(id)"
     )
-    with db.bound_cursor(db.journal_connection()) as cursor:
+    with binding.bound_cursor(binding.journal_connection()) as cursor:
         cursor.execute(sql, [list(task_ids)])
         return {task_id: n for task_id, n in cursor.fetchall() if n}
 
@@ -116,7 +118,7 @@ def _take_sql() -> str:
         f"WITH u AS (UPDATE {n['execution']} e SET status = %s, owner = %s,"
         " execution_token = %s || e.sequence::text, lease_expires_at = %s, attempt = e.attempt + 1,"
         " task_revision = t.revision, updated_at = %s"
-        f" FROM {n['task']} t WHERE e.sequence = ANY(%s) AND e.status = {db.status_literal(Status.PENDING)}"
+        f" FROM {n['task']} t WHERE e.sequence = ANY(%s) AND e.status = {binding.status_literal(Status.PENDING)}"
         f" AND t.id = e.task_id RETURNING {n['execution_columns']}),"
         f" i AS (INSERT INTO {n['event']} (execution_id, at, from_status, to_status, reason, node, attempt)"
         " SELECT sequence, %s, %s, %s, %s, %s, attempt FROM u)"

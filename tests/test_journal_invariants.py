@@ -33,10 +33,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from scheduler_app import claims, journal, logs, scheduler
-from scheduler_app.attempt import Attempt, Outcome, _finish, run_attempt
-from scheduler_app.claims import Claim
-from scheduler_app.clock import FakeClock
+from scheduler_app import journal, logs, scheduler
 from scheduler_app.exceptions import Conflict, InvalidState
 from scheduler_app.models import (
     LEASED,
@@ -52,8 +49,13 @@ from scheduler_app.models import (
     TriggerType,
 )
 from scheduler_app.models import Runner as RunnerRecord
+from scheduler_app.runner import claims
+from scheduler_app.runner.attempt import Attempt, _finish, run_attempt
+from scheduler_app.runner.claims import Claim
+from scheduler_app.runner.clock import FakeClock
+from scheduler_app.runner.recording import Outcome
 from tests import hooks
-from tests.factories import T0, definition, expire_lease, inline_runner
+from tests.factories import T0, definition, inline_runner
 
 pytestmark = pytest.mark.django_db
 
@@ -281,8 +283,15 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert before is not None
         still_owner = before["execution_token"] == token
         if not still_owner:
-            # A raw fenced write first: zero rows.
-            assert Execution.objects.fenced(execution.sequence, token).update(status=Status.SUCCESS) == 0
+            # The fence alone first: a move from the row's own status, with the old token, is refused.
+            assert not journal.transition(
+                execution.sequence,
+                before["status"],
+                Status.SUCCESS,
+                at=self.clock.now(),
+                reason="late",
+                token=token,
+            )
         attempt = Attempt(ghost.claim)
         if ghost.started:
             outcome = (
@@ -452,32 +461,3 @@ def test_random_interleavings_keep_the_journal_invariants(clock):
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
         ),
     )
-
-
-def test_repair_keeps_the_error_of_an_overlap_skip(clock):
-    """Minimal case the model found: an overlap skip loses its reason when its log is rebuilt."""
-    scheduler.register(definition("alpha"))
-    scheduler.trigger("alpha")
-    claims.claim(clock.now(), "ghost", 1, LEASE)  # occupies the serial slot
-    clock.advance(60)
-    inline_runner(clock).tick()  # the minute is skipped: interrupted, reason overlap
-    skipped = Execution.objects.get(trigger_type=TriggerType.SCHEDULED)
-    written = ExecutionLog.objects.get(occurrence_id=skipped.occurrence_id)
-    assert written.error == skipped.error and skipped.error["reason"] == "overlap"
-    (rebuilt,) = scheduler.executions.repair_log(skipped.occurrence_id)
-    assert rebuilt.error == skipped.error
-
-
-def test_a_log_lost_at_an_earlier_attempt_is_not_confirmed(clock):
-    """A path the model's ghost_recovers rule opens: a later attempt's log write confirms rows it never wrote."""
-    scheduler.register(definition("alpha", cron="0 0 1 1 *", idempotent=True, retry={"max_attempts": 2}))
-    execution = scheduler.trigger("alpha")
-    runner = inline_runner(clock)
-    expire_lease(clock, node="ghost-1", lease=LEASE)  # attempt 1 starts, its node dies
-    claims.recover_expired(clock.now(), "ghost-2")  # -> pending; this node dies before writing the log
-    expire_lease(clock, node="ghost-3", lease=LEASE)  # attempt 2 starts, its node dies too
-    runner.tick()  # recovers attempt 2 as unknown and writes its log row
-    execution.refresh_from_db()
-    assert execution.status == Status.UNKNOWN
-    written = sorted(ExecutionLog.objects.values_list("attempt", flat=True))
-    assert execution.log_persistence != LogPersistence.PERSISTED or written == [1, 2]

@@ -1,0 +1,55 @@
+"""The journal's statements on PostgreSQL through psycopg 3: fixed texts with server-bound parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from scheduler_app.models import Execution, Task
+from scheduler_app.postgres import batch, binding, claims, trigger
+from scheduler_app.statements.orm import Statements
+
+if TYPE_CHECKING:
+    from scheduler_app.runner.attempt import Attempt
+    from scheduler_app.runner.recording import Finish
+
+
+class PostgresStatements(Statements):
+    """Each method does what the ORM's does (tests run both), in one statement where that has several."""
+
+    lone_batches = True
+
+    @contextmanager
+    def cursor(self, connection: Any) -> Iterator[Any]:
+        with binding.bound_cursor(connection) as cursor:
+            yield cursor
+
+    def candidates(self, now: datetime, limit: int) -> list[Execution]:
+        return claims.candidates(now, limit)
+
+    def lock_tasks(self, task_ids: set[str]) -> dict[str, Task]:
+        return claims.lock_tasks(task_ids)
+
+    def busy(self, task_ids: Iterable[str]) -> dict[str, int]:
+        return claims.busy(task_ids)
+
+    def take(
+        self, chosen: list[tuple[Execution, Task]], now: datetime, node: str, lease_until: datetime
+    ) -> list[tuple[Execution, Task]]:
+        return claims.take(chosen, now, node, lease_until)
+
+    def start_batch(self, attempts: Sequence[Attempt], node: str, now: datetime) -> set[int]:
+        return batch.start(attempts, node, now)
+
+    def finish_batch(self, finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
+        return batch.finish(finishes, node, now)
+
+    def insert_manual(
+        self, execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime
+    ) -> bool:
+        return trigger.insert_manual(execution, caller_params, reason, now)
+
+
+POSTGRES = PostgresStatements()

@@ -1,0 +1,188 @@
+"""One attempt: call the handler and map how it ended to an Outcome; claimed -> running -> outcome."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import Error as DatabaseLibraryError
+
+from scheduler_app import journal, logs
+from scheduler_app.events import ExecutionContext, TaskEvent
+from scheduler_app.exceptions import TaskSkipped
+from scheduler_app.handlers import registry
+from scheduler_app.handlers.base import HandlerError, MissingHandler
+from scheduler_app.handlers.hooks import call_hook, notify
+from scheduler_app.models import Status, Task
+from scheduler_app.runner.claims import Claim
+from scheduler_app.runner.clock import Clock
+from scheduler_app.runner.recording import EXECUTION_FAILED, DirectJournal, JournalPort, Outcome
+from scheduler_app.storable import storable
+
+logger = logging.getLogger("scheduler_app")
+
+HOOK_FAILED = "scheduler:031"
+
+
+@dataclass
+class Attempt:
+    """An attempt in flight on this runner and how to stop it."""
+
+    claim: Claim
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str = ""
+    lease_lost: bool = False
+    lease_deadline: float = 0.0
+    # Where its start and outcome are recorded; threaded runners set their batching writer,
+    # whose commits the attempt then shares with others'. None: the direct journal.
+    journal: JournalPort | None = None
+    # (started, when), where the runner started the attempt before a worker took it.
+    started: tuple[bool, datetime] | None = None
+
+    def cancel(self, reason: str, *, lease_lost: bool = False) -> None:
+        if not self.cancelled.is_set():
+            self.cancel_reason = reason
+            self.lease_lost = lease_lost
+            self.cancelled.set()
+
+
+STOPPED = Outcome(
+    Status.INTERRUPTED, "stop requested", error={"reason": "stop requested", "message": "stop requested"}
+)
+
+
+def safe_message(exc: BaseException) -> str:
+    """A short message for the journal; database errors never leak their SQL or driver text."""
+    if isinstance(exc, DatabaseLibraryError):
+        return "A database error occurred in the task."
+    text = str(exc)
+    return f"{type(exc).__name__}: {text[:500]}" if text else type(exc).__name__
+
+
+def call_handler(event: TaskEvent) -> Outcome:
+    """Run the start hook and the handler; map every way out to an Outcome that can be stored."""
+    outcome, secrets = _call(event)
+    try:
+        result, error = storable(outcome.result, secrets), storable(outcome.error, secrets)
+    except RecursionError:
+        result, error = None, _not_json(event.task.handler)
+    return Outcome(outcome.status, outcome.reason, result=result, error=error)
+
+
+def _call(event: TaskEvent) -> tuple[Outcome, list[str]]:
+    """The outcome as the handler left it, and the secrets to scrub from it."""
+    config = event.task.handler
+    secrets: list[str] = []
+    try:
+        call_hook("on_task_start", event)
+        handler = registry.for_config(config)
+        if handler is None:
+            raise MissingHandler("The task's handler kind is not installed.")
+        secrets = handler.secrets(config) if config is not None else []
+        result = handler.run(event)
+    except TaskSkipped as exc:
+        error = {"reason": "skipped", "message": exc.message[:500]}
+        return Outcome(Status.INTERRUPTED, "skipped by the task", error=error), secrets
+    except MissingHandler as exc:
+        error = {"reason": "missing handler", "message": str(exc)}
+        return Outcome(Status.INTERRUPTED, "missing handler", error=error), secrets
+    except HandlerError as exc:
+        return Outcome(
+            Status.FAILED, "failed", error={"code": exc.code, "message": exc.message[:1000]}
+        ), secrets
+    except Exception as exc:
+        logger.exception("attempt of %s failed", event.context.occurrence_id)
+        error = {"code": HOOK_FAILED if config is None else EXECUTION_FAILED, "message": safe_message(exc)}
+        return Outcome(Status.FAILED, "failed", error=error), secrets
+    try:
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return Outcome(Status.FAILED, "failed", error=_not_json(config)), secrets
+    return Outcome(Status.SUCCESS, "succeeded", result=result), secrets
+
+
+def _not_json(config: dict[str, Any] | None) -> dict[str, str]:
+    return {"code": HOOK_FAILED if config is None else EXECUTION_FAILED, "message": "The result is not JSON."}
+
+
+def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
+    """Run one claimed attempt; after a lost lease nothing more is written."""
+    execution, task, token = attempt.claim.execution, attempt.claim.task, attempt.claim.token
+    number = execution.attempt
+    if attempt.cancelled.is_set() and attempt.started is None:
+        if attempt.cancel_reason.startswith("stop requested"):
+            _finish(attempt, node, clock, STOPPED, from_status=Status.CLAIMED)
+        else:
+            journal.transition(
+                execution.sequence,
+                Status.CLAIMED,
+                Status.PENDING,
+                at=clock.now(),
+                token=token,
+                node=node,
+                attempt=number,
+                reason=f"released before start: {attempt.cancel_reason}",
+                fields={**journal.released(), "attempt": number - 1},
+            )
+        return
+    if attempt.started is not None:
+        started, now = attempt.started
+    else:
+        started, now = _port(attempt, node, clock).start(attempt)
+    if not started:
+        _finish(attempt, node, clock, STOPPED, from_status=Status.CLAIMED)
+        return
+    execution.started_at = now
+    context = ExecutionContext(
+        occurrence_id=str(execution.occurrence_id),
+        sequence=execution.sequence,
+        attempt=number,
+        execution_token=token,
+        task_id=execution.task_id,
+        params=dict(execution.params),
+        trigger_type=execution.trigger_type,
+        trigger_source=execution.trigger_source,
+    )
+    event = TaskEvent(task=task, context=context, cancelled=attempt.cancelled)
+    # Cancelled while it waited for this worker (started early), it ends without running.
+    outcome = None if attempt.cancelled.is_set() else call_handler(event)
+    if outcome is None or attempt.cancelled.is_set():
+        if attempt.lease_lost:
+            logger.warning("lease lost for %s; the attempt writes nothing more", execution.occurrence_id)
+            return
+        reason = attempt.cancel_reason
+        outcome = Outcome(Status.INTERRUPTED, reason, error={"reason": reason, "message": reason})
+    finished = _finish(attempt, node, clock, outcome, from_status=Status.RUNNING, event=event)
+    if finished and outcome.status == Status.SUCCESS and task.delete_after_run:
+        # Matching the revision spares a definition updated while the attempt ran.
+        Task.objects.filter(id=task.id, revision=task.revision).delete()
+
+
+def _finish(
+    attempt: Attempt,
+    node: str,
+    clock: Clock,
+    outcome: Outcome,
+    *,
+    from_status: str,
+    event: TaskEvent | None = None,
+) -> bool:
+    execution = attempt.claim.execution
+    finish, done, log_written = _port(attempt, node, clock).finish(attempt, outcome, from_status)
+    if not done:
+        return False
+    execution.status = finish.to_status
+    if not log_written:
+        logs.write_and_confirm(execution, [finish.log])
+    if event is not None:
+        event.log = finish.log
+        notify("on_task_interrupted" if outcome.status == Status.INTERRUPTED else "on_task_finish", event)
+    return True
+
+
+def _port(attempt: Attempt, node: str, clock: Clock) -> JournalPort:
+    return attempt.journal or DirectJournal(node, clock)

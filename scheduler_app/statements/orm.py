@@ -1,0 +1,241 @@
+"""The journal's statements through the ORM, for every database Django supports; the interface
+the PostgreSQL statements (``scheduler_app.postgres.statements``) implement too."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.db.models import Case, CharField, F, Field, OuterRef, Subquery, Value, When
+from django.db.models.functions import Cast, Concat
+
+from scheduler_app import journal, logs
+from scheduler_app.models import Execution, Status, Task
+
+if TYPE_CHECKING:
+    from scheduler_app.runner.attempt import Attempt
+    from scheduler_app.runner.recording import Finish
+
+# The database's clock, as the probe reads it (UTC; the text goes through %-formatting).
+CLOCK_SQL = {
+    "postgresql": "statement_timestamp()",
+    "mysql": "UTC_TIMESTAMP(6)",
+    "sqlite": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')",
+}
+
+
+class Statements:
+    """The ORM's statements, for every database Django supports.
+
+    A claim's reads and writes run in the claim's transaction; the batches of starts and of
+    outcomes each take a transaction of their own. ``lone_batches`` says whether a batch of one
+    is worth this path (a statement per batch saves round trips even for one attempt), or a lone
+    attempt takes the one-attempt path with its retries.
+    """
+
+    lone_batches = False
+
+    def clock_sql(self, connection: Any) -> str:
+        """The SQL expression of the database's current time, for the runner's probe."""
+        return CLOCK_SQL[connection.vendor]
+
+    @contextmanager
+    def cursor(self, connection: Any) -> Iterator[Any]:
+        """A cursor for the runner's probe."""
+        with connection.cursor() as cursor:
+            yield cursor
+
+    # -- a claim, inside its transaction --------------------------------------------------
+
+    def candidates(self, now: datetime, limit: int) -> list[Execution]:
+        """Due rows (pending and due, or leases expired) of tasks with a free slot, locked, oldest first."""
+        return list(
+            Execution.objects.select_for_update(skip_locked=True)
+            .due(now)
+            .exclude(task_id__in=_saturated_task_ids())
+            .order_by("due_at", "sequence")[:limit]
+        )
+
+    def lock_tasks(self, task_ids: set[str]) -> dict[str, Task]:
+        """The tasks no other claim holds, locked."""
+        return {
+            task.id: task for task in Task.objects.select_for_update(skip_locked=True).filter(id__in=task_ids)
+        }
+
+    def busy(self, task_ids: Iterable[str]) -> dict[str, int]:
+        """How many executions of each task fill a slot (claimed, running or unknown)."""
+        return Execution.objects.filter(task_id__in=list(task_ids)).occupying().count_by_task()
+
+    def take(
+        self, chosen: list[tuple[Execution, Task]], now: datetime, node: str, lease_until: datetime
+    ) -> list[tuple[Execution, Task]]:
+        """Move the chosen pending rows to claimed, each with a fresh token, and append the claim events."""
+        taken = _take(chosen, now, node, lease_until)
+        journal.append(
+            journal.event(
+                row.sequence, now, Status.PENDING, Status.CLAIMED, "claimed", node=node, attempt=row.attempt
+            )
+            for row, _ in taken
+        )
+        return taken
+
+    # -- the journal writer's batches ---------------------------------------------------------
+
+    def start_batch(self, attempts: Sequence[Attempt], node: str, now: datetime) -> set[int]:
+        """claimed -> running for every attempt still owned and not asked to stop; the sequences moved."""
+        with transaction.atomic():
+            current = journal.lock_rows(a.claim.execution.sequence for a in attempts)
+            starts = [
+                a
+                for a in attempts
+                if journal.holds(current.get(a.claim.execution.sequence), a.claim.token, Status.CLAIMED)
+            ]
+            if starts:
+                Execution.objects.filter(sequence__in=[a.claim.execution.sequence for a in starts]).update(
+                    status=Status.RUNNING, started_at=now, updated_at=now
+                )
+                journal.append(
+                    journal.event(
+                        a.claim.execution.sequence,
+                        now,
+                        Status.CLAIMED,
+                        Status.RUNNING,
+                        "started",
+                        node=node,
+                        attempt=a.claim.execution.attempt,
+                    )
+                    for a in starts
+                )
+        return {a.claim.execution.sequence for a in starts}
+
+    def finish_batch(self, finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
+        """Record every planned outcome whose row is still owned, with the log rows that share
+        its commit; the sequences recorded."""
+        with transaction.atomic():
+            current = journal.lock_rows(f.attempt.claim.execution.sequence for f in finishes)
+            owned = [
+                f
+                for f in finishes
+                if journal.holds(
+                    current.get(f.attempt.claim.execution.sequence),
+                    f.attempt.claim.token,
+                    f.from_status,
+                    starting=False,
+                )
+            ]
+            if owned:
+                logs.write([f.log for f in owned if f.log_with_outcome])
+                _record_outcomes(owned)
+                journal.append(
+                    journal.event(
+                        f.attempt.claim.execution.sequence,
+                        now,
+                        f.from_status,
+                        f.to_status,
+                        f.reason,
+                        node=node,
+                        attempt=f.attempt.claim.execution.attempt,
+                        result=f.outcome.result,
+                        error=f.outcome.error,
+                    )
+                    for f in owned
+                )
+        return {f.attempt.claim.execution.sequence for f in owned}
+
+    # -- a manual trigger ---------------------------------------------------------------------
+
+    def insert_manual(
+        self, execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime
+    ) -> bool:
+        """Insert a manual trigger's execution and event in one statement, where there is one; False
+        (nothing written) sends the caller to the ORM path, which tells the refusals apart."""
+        return False
+
+
+def _saturated_task_ids() -> list[str]:
+    busy = Execution.objects.occupying().count_by_task()
+    if not busy:
+        return []
+    limits = dict(Task.objects.filter(id__in=list(busy)).values_list("id", "max_concurrency"))
+    return [task_id for task_id, n in busy.items() if task_id in limits and n >= limits[task_id]]
+
+
+def _take(
+    chosen: list[tuple[Execution, Task]], now: datetime, node: str, lease_until: datetime
+) -> list[tuple[Execution, Task]]:
+    """Move the chosen pending rows to claimed in one UPDATE, each with its own fresh token.
+
+    A token is this claim's random nonce followed by the row's sequence: unique per row, and
+    new at every claim, which is all fencing needs; one expression for all rows keeps the
+    statement small. The task revision comes from the task rows this transaction has locked.
+    """
+    if not chosen:
+        return []
+    nonce = secrets.token_hex(16)
+    sequences = [row.sequence for row, _ in chosen]
+    taken = Execution.objects.filter(sequence__in=sequences, status=Status.PENDING).update(
+        status=Status.CLAIMED,
+        owner=node,
+        execution_token=Concat(Value(nonce), Cast(F("sequence"), CharField())),
+        lease_expires_at=lease_until,
+        attempt=F("attempt") + 1,
+        task_revision=Subquery(Task.objects.filter(id=OuterRef("task_id")).values("revision")[:1]),
+        updated_at=now,
+    )
+    if taken != len(chosen):
+        # Only where rows are not locked (SQLite): keep the rows this UPDATE really took.
+        won = set(
+            Execution.objects.filter(
+                sequence__in=sequences, status=Status.CLAIMED, execution_token__startswith=nonce
+            ).values_list("sequence", flat=True)
+        )
+        chosen = [(row, task) for row, task in chosen if row.sequence in won]
+    for row, task in chosen:
+        row.status, row.owner, row.execution_token = Status.CLAIMED, node, f"{nonce}{row.sequence}"
+        row.lease_expires_at, row.attempt, row.task_revision, row.updated_at = (
+            lease_until,
+            row.attempt + 1,
+            task.revision,
+            now,
+        )
+    return chosen
+
+
+def _record_outcomes(finishes: list[Finish]) -> None:
+    """One UPDATE for all outcomes (rows already locked and owned)."""
+    columns: dict[str, dict[int, Any]] = defaultdict(dict)
+    for f in finishes:
+        sequence = f.attempt.claim.execution.sequence
+        for column, value in f.columns().items():
+            columns[column][sequence] = value
+    sequences = [f.attempt.claim.execution.sequence for f in finishes]
+    Execution.objects.filter(sequence__in=sequences).update(
+        **{column: _per_row(column, values, len(sequences)) for column, values in columns.items()}
+    )
+
+
+def _per_row(column: str, values: dict[int, Any], rows: int) -> Any:
+    """A column's new value per row as one expression; rows without a value keep theirs."""
+    output = Execution._meta.get_field(column)
+    assert isinstance(output, Field)
+    groups: dict[str, tuple[Any, list[int]]] = {}
+    for sequence, value in values.items():
+        key = json.dumps(value, sort_keys=True, default=str)
+        groups.setdefault(key, (value, []))[1].append(sequence)
+    if len(groups) == 1 and len(values) == rows:
+        ((value, _),) = groups.values()
+        return Value(value, output_field=output)
+    whens = [
+        When(sequence__in=members, then=Value(value, output_field=output))
+        for value, members in groups.values()
+    ]
+    return Case(*whens, default=F(column), output_field=output)
+
+
+ORM = Statements()
