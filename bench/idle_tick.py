@@ -46,6 +46,7 @@ def measure(ticks: int) -> dict[str, object]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    from scheduler_app.db import probe_statement
     from scheduler_app.runner.loop import SchedulerLoop
 
     runner = SchedulerLoop(node_id="bench", workers=1, inline=True)
@@ -66,8 +67,11 @@ def measure(ticks: int) -> dict[str, object]:
     runner.stop()
     plan: list[str] = []
     if connection.vendor == "postgresql" and len(sample_sql) == 1:
-        with connection.cursor() as cursor:  # the probe, as the planner runs it at this size
-            cursor.execute("EXPLAIN " + sample_sql[0])
+        # The probe, as the planner runs it at this size (the captured text has server-side
+        # placeholders, so the statement is built again with its parameters).
+        sql, params = probe_statement(connection)
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + sql, params)
             plan = [row[0] for row in cursor.fetchall()]
     return {
         "queries_per_tick": summary(counts, 2),

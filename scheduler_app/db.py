@@ -44,25 +44,30 @@ def as_utc(value: Any) -> datetime | None:
 def probe(using: str = "default") -> Probe:
     """One indexed query: database now, earliest next_run_at, due_at and lease expiry."""
     connection = connections[using]
-    statements = journal_statements(connection)
+    sql, params = probe_statement(connection)
+    # On PostgreSQL the one statement an idle runner sends keeps its plan where statements are prepared.
+    with journal_statements(connection).cursor(connection) as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    now = as_utc(row[0])
+    assert now is not None
+    leases = [lease for lease in (as_utc(row[3]), as_utc(row[4])) if lease is not None]
+    return Probe(now, as_utc(row[1]), as_utc(row[2]), min(leases, default=None))
+
+
+def probe_statement(connection: Any) -> tuple[str, list[Any]]:
+    """The probe's SQL (with %s placeholders) and its parameters, on ``connection``."""
     task_table = connection.ops.quote_name(Task._meta.db_table)
     execution_table = connection.ops.quote_name(Execution._meta.db_table)
     sql = (
-        f"SELECT {statements.clock_sql(connection)},"
+        f"SELECT {journal_statements(connection).clock_sql(connection)},"
         f" (SELECT MIN(next_run_at) FROM {task_table} WHERE enabled = %s),"
         f" (SELECT MIN(due_at) FROM {execution_table} WHERE status = %s),"
         # One MIN per leased status: each reads one end of an index, whatever the statistics say.
         f" (SELECT MIN(lease_expires_at) FROM {execution_table} WHERE status = %s),"
         f" (SELECT MIN(lease_expires_at) FROM {execution_table} WHERE status = %s)"
     )
-    # On PostgreSQL the one statement an idle runner sends keeps its plan where statements are prepared.
-    with statements.cursor(connection) as cursor:
-        cursor.execute(sql, [True, Status.PENDING, *LEASED])
-        row = cursor.fetchone()
-    now = as_utc(row[0])
-    assert now is not None
-    leases = [lease for lease in (as_utc(row[3]), as_utc(row[4])) if lease is not None]
-    return Probe(now, as_utc(row[1]), as_utc(row[2]), min(leases, default=None))
+    return sql, [True, Status.PENDING, *LEASED]
 
 
 class StatementCounter:
