@@ -3,12 +3,13 @@ and how the tests read what ran and what the journal recorded."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
 from scheduler_app import journal
-from scheduler_app.models import Execution, ExecutionEvent, Status
+from scheduler_app.models import Execution, ExecutionEvent, Status, Task
 from scheduler_app.runner import claims
 from scheduler_app.runner.claims import Claim
 from scheduler_app.runner.clock import FakeClock
@@ -98,3 +99,27 @@ def nested(levels: int) -> Any:
     for _ in range(levels):
         value = [value]
     return value
+
+
+def task_form(task: Task | None = None, **overrides: Any) -> dict[str, Any]:
+    """The task form as a browser posts it, from a task or defaults."""
+    source = task.to_definition() if task else definition("report")
+    data: dict[str, Any] = {
+        "name": source.get("name", ""),
+        "description": source.get("description", ""),
+        "cron": source["cron"],
+        "timezone": source.get("timezone", ""),
+        "misfire_grace_seconds": "",
+        "retry_max_attempts": (source.get("retry") or {}).get("max_attempts", 1),
+        "retry_backoff": json.dumps((source.get("retry") or {}).get("backoff", [])),
+        "max_concurrency": source.get("max_concurrency", 1),
+        "overlap": source.get("overlap", "skip"),
+        "params": json.dumps(source.get("params") or {}),
+        "_save": "Save",
+    }
+    if source.get("enabled", True):
+        data["enabled"] = "on"
+    if task is None:
+        data["id"] = source["id"]
+    data.update(overrides)
+    return {key: value for key, value in data.items() if value is not None}

@@ -28,7 +28,7 @@ from scheduler_app.exceptions import StorageError, TaskAlreadyExists, TaskNotFou
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Runner, Task
 from scheduler_app.services import Scheduler
 from tests import hooks
-from tests.factories import definition, nested
+from tests.factories import definition, nested, task_form
 
 pytestmark = pytest.mark.django_db
 
@@ -116,30 +116,6 @@ def confirm(name: str, *executions: Execution, expected: dict[int, str] | None =
         value = (expected or {}).get(execution.pk, execution.updated_at.isoformat())
         data[f"expected_{execution.pk}"] = value
     return data
-
-
-def task_form(task: Task | None = None, **overrides: Any) -> dict[str, Any]:
-    """The task form as a browser posts it, from a task or defaults."""
-    source = task.to_definition() if task else definition("report")
-    data: dict[str, Any] = {
-        "name": source.get("name", ""),
-        "description": source.get("description", ""),
-        "cron": source["cron"],
-        "timezone": source.get("timezone", ""),
-        "misfire_grace_seconds": "",
-        "retry_max_attempts": (source.get("retry") or {}).get("max_attempts", 1),
-        "retry_backoff": json.dumps((source.get("retry") or {}).get("backoff", [])),
-        "max_concurrency": source.get("max_concurrency", 1),
-        "overlap": source.get("overlap", "skip"),
-        "params": json.dumps(source.get("params") or {}),
-        "_save": "Save",
-    }
-    if source.get("enabled", True):
-        data["enabled"] = "on"
-    if task is None:
-        data["id"] = source["id"]
-    data.update(overrides)
-    return {key: value for key, value in data.items() if value is not None}
 
 
 # -- tasks -------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import http.client
 import json
 import re
@@ -288,7 +289,8 @@ def _shown(text: str, cut: int, secrets: list[str]) -> str:
             start = text.find(secret, max(0, cut - len(secret) + 1))
             if 0 <= start < cut:
                 cut, moved = start, True
-    return storable(text[:cut], secrets)  # type: ignore[no-any-return]
+    shown: str = storable(text[:cut], secrets)
+    return shown
 
 
 def _read(response: requests.Response, limit: int, keep: int) -> tuple[bytes, int]:
@@ -376,7 +378,7 @@ def unmask_url(url: str, stored: str) -> str:
 
 
 def _same_origin(url: Any, other: Any) -> bool:
-    if not (isinstance(url, str) and isinstance(other, str)) or "\\" in url + other:
+    if not (isinstance(url, str) and isinstance(other, str)):
         return False
     try:
         return _origin(url) == _origin(other)
@@ -402,15 +404,22 @@ def _secrets(config: dict[str, Any]) -> list[str]:
     """Configured values that must never be stored or shown, in the forms a response may echo them:
     header values (and the credentials of a Basic or Bearer one), userinfo, query values; each plain,
     percent-encoded and decoded, and the user and password as a Basic credential."""
+    url = config.get("url")
+    headers = config.get("headers") or {}
+    values = tuple(value for value in headers.values() if isinstance(value, str))
+    return list(_secret_forms(url if isinstance(url, str) else "", values))
+
+
+# An attempt asks twice (the handler for its excerpts and cut bodies, the runner for the outcome).
+@functools.lru_cache(maxsize=256)
+def _secret_forms(url: str, header_values: tuple[str, ...]) -> tuple[str, ...]:
     values: set[str] = set()
-    for value in (config.get("headers") or {}).values():
-        if isinstance(value, str):
-            values.add(value)
-            scheme, _, credential = value.partition(" ")
-            if scheme.lower() in ("basic", "bearer", "token") and credential:
-                values.update({credential, *_basic_parts(credential)})
+    for value in header_values:
+        values.add(value)
+        scheme, _, credential = value.partition(" ")
+        if scheme.lower() in ("basic", "bearer", "token") and credential:
+            values.update({credential, *_basic_parts(credential)})
     query_values: set[str] = set()
-    url = config.get("url", "")
     for text in {url, *_sent_forms(url)}:
         parts = urlsplit(text)
         if parts.username or parts.password:
@@ -425,12 +434,12 @@ def _secrets(config: dict[str, Any]) -> list[str]:
     secrets.update(value for value in query_values if len(value) >= MIN_QUERY_SECRET_LENGTH)
     encoded = {form for value in secrets for form in (quote(value, safe=""), quote_plus(value))}
     # Longest first, so that a secret containing another is masked whole.
-    return sorted(secrets | encoded, key=len, reverse=True)
+    return tuple(sorted(secrets | encoded, key=len, reverse=True))
 
 
-def _sent_forms(url: Any) -> list[str]:
+def _sent_forms(url: str) -> list[str]:
     try:
-        return [_prepared(url)] if isinstance(url, str) else []
+        return [_prepared(url)]
     except (requests.RequestException, ValueError):
         return []
 

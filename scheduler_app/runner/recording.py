@@ -199,8 +199,6 @@ def record_finish(finish: Finish, node: str) -> tuple[Finish, bool, bool]:
     try:
         try:
             moved = record(finish, log_written)
-        except CONTENT_ERRORS:
-            raise
         except DatabaseLibraryError:
             # The log row may have been refused, or the connection dropped while it sat idle
             # (MySQL's rollback does not notice): retry the outcome alone on a fresh connection.
@@ -212,15 +210,13 @@ def record_finish(finish: Finish, node: str) -> tuple[Finish, bool, bool]:
         logger.warning("the database refused the outcome of %s; recording a failure", execution.occurrence_id)
         db.drop_broken_connections()
         finish = plan_finish(finish.attempt, finish.now, unstorable(finish), finish.from_status)
-        log_written = False
         try:
             moved = record(finish, False)
         except (DatabaseLibraryError, ValueError):
-            logger.warning(
-                "could not record the outcome of %s; its lease will expire", execution.occurrence_id
-            )
-            return finish, False, False
+            moved = None
     except DatabaseLibraryError:
+        moved = None
+    if moved is None:
         logger.warning("could not record the outcome of %s; its lease will expire", execution.occurrence_id)
         return finish, False, False
     if not moved:
