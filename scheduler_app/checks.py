@@ -46,7 +46,7 @@ CHECKS: dict[str, Check] = {
     ),
     "scheduler_app.E003": Check(
         Error,
-        "SCHEDULER_APP['HANDLERS'][{name!r}] cannot be imported: {path!r}.",
+        "SCHEDULER_APP['HANDLERS'][{name!r}] cannot be imported: {path!r} ({error}).",
         "Give the dotted path of a Handler class, such as myproject.handlers.CommandHandler.",
     ),
     "scheduler_app.E004": Check(
@@ -145,7 +145,7 @@ CHECKS: dict[str, Check] = {
     ),
     "scheduler_app.E028": Check(
         Error,
-        "SCHEDULER_APP['HOOKS'][{name!r}] cannot be imported: {path!r}.",
+        "SCHEDULER_APP['HOOKS'][{name!r}] cannot be imported: {path!r} ({error}).",
         "Give the dotted path of a function that takes one event, or the function itself.",
     ),
     "scheduler_app.E029": Check(
@@ -164,10 +164,27 @@ CHECKS: dict[str, Check] = {
         "SCHEDULER_APP['API_PERMISSION_CLASSES'] holds {entry!r}, which is not an importable DRF permission class.",
         "Give the dotted path of a subclass of rest_framework.permissions.BasePermission.",
     ),
+    "scheduler_app.E032": Check(
+        Error,
+        "USE_TZ is False: the scheduler stores and compares aware datetimes (cron timezones, leases).",
+        "Set USE_TZ = True (Django's default since 5.0).",
+    ),
+    "scheduler_app.E033": Check(
+        Error,
+        "SCHEDULER_APP['TICK_INTERVAL'] ({tick:g} s) is not below LEASE_SECONDS / 3 ({third:g} s): "
+        "leases are renewed by the tick loop, so running attempts would lose them.",
+        "Keep TICK_INTERVAL well below LEASE_SECONDS / 3, such as 1.0 with LEASE_SECONDS 300.",
+    ),
     "scheduler_app.W001": Check(
         Warning,
         "SCHEDULER_APP['REDIS_URL'] is not a redis://, rediss:// or unix:// URL; wake-ups will fail.",
         "Use redis://host:6379/0 or leave it unset (runners then find work at their next tick).",
+    ),
+    "scheduler_app.W002": Check(
+        Warning,
+        "SCHEDULER_APP['TICK_INTERVAL'] ({tick:g} s) is not well below LEASE_SECONDS / 3 ({third:g} s): "
+        "a slow tick or a database hiccup can make a running attempt lose its lease.",
+        "Keep TICK_INTERVAL at most LEASE_SECONDS / 6, such as 1.0 with LEASE_SECONDS 300.",
     ),
 }
 
@@ -241,6 +258,9 @@ def _problems(user: dict[str, Any]) -> Iterator[Problem]:
     yield from _path_problems()
     yield from _task_problems()
     yield from _permission_problems()
+    yield from _timing_problems()
+    if not settings.USE_TZ:
+        yield "scheduler_app.E032", {}
     alias = scheduler_settings.LOG_DATABASE
     if alias not in settings.DATABASES:
         yield "scheduler_app.E004", {"alias": alias}
@@ -270,6 +290,17 @@ def _value_problems() -> Iterator[Problem]:
             value = value[key]
         if not valid(value):
             yield check_id, {}
+
+
+def _timing_problems() -> Iterator[Problem]:
+    tick, lease = scheduler_settings.TICK_INTERVAL, scheduler_settings.LEASE_SECONDS
+    # Values that are wrong on their own are reported by _value_problems.
+    if not (_is_positive_number(tick) and _is_positive_number(lease)):
+        return
+    if tick >= lease / 3:
+        yield "scheduler_app.E033", {"tick": tick, "third": lease / 3}
+    elif tick > lease / 6:
+        yield "scheduler_app.W002", {"tick": tick, "third": lease / 3}
 
 
 def _network_problems() -> Iterator[Problem]:
@@ -305,8 +336,11 @@ def _path_problems() -> Iterator[Problem]:
         if not isinstance(entries, dict):
             continue
         for name, path in entries.items():
-            if not callable(path) and _import(path) is None:
-                yield check_id, {"name": name, "path": path}
+            if callable(path):
+                continue
+            error = _import_error(path)
+            if error is not None:
+                yield check_id, {"name": name, "path": path, "error": error}
 
 
 def _import(path: Any) -> Any:
@@ -315,8 +349,19 @@ def _import(path: Any) -> Any:
         return None
     try:
         return import_string(path)
-    except ImportError:
+    except Exception:
         return None
+
+
+def _import_error(path: Any) -> str | None:
+    """Why a dotted path cannot be imported (the error its module raised, say), or None when it can."""
+    if not isinstance(path, str):
+        return "not a dotted path"
+    try:
+        import_string(path)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+    return None
 
 
 def _task_problems() -> Iterator[Problem]:

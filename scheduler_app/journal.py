@@ -144,8 +144,12 @@ def transition(
     return True
 
 
-def interrupt_pending(row: Execution, now: datetime, reason: str, node: str) -> ExecutionEvent | None:
+def interrupt_pending(
+    row: Execution, now: datetime, reason: str, node: str, *, stop_requested: bool = False
+) -> ExecutionEvent | None:
     """End a pending execution without running it; returns the event to append, None if it moved on.
+
+    ``stop_requested`` records that an operator asked for it (request_stop), as on leased rows.
 
     A retry that waited counts as the attempt it prevents, so the failed
     attempt before it keeps its own log row.
@@ -159,12 +163,15 @@ def interrupt_pending(row: Execution, now: datetime, reason: str, node: str) -> 
         "started_at": None,
         "log_persistence": LogPersistence.PENDING,
     }
+    if stop_requested:
+        fields["stop_requested"] = True
     if not Execution.objects.filter(sequence=row.sequence, status=Status.PENDING).update(
         status=Status.INTERRUPTED, updated_at=now, **fields
     ):
         return None
     row.status, row.updated_at, row.finished_at = Status.INTERRUPTED, now, now
     row.error, row.attempt, row.started_at = error, attempt, None
+    row.stop_requested = row.stop_requested or stop_requested
     return event(
         row.sequence, now, Status.PENDING, Status.INTERRUPTED, reason, node=node, attempt=attempt, error=error
     )

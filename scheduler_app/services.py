@@ -157,7 +157,7 @@ class Executions:
         with storage_errors():
             if execution.status == Status.PENDING:
                 with transaction.atomic():
-                    event = journal.interrupt_pending(execution, now, reason, by)
+                    event = journal.interrupt_pending(execution, now, reason, by, stop_requested=True)
                     if event is not None:
                         journal.append([event])
                 if event is not None:

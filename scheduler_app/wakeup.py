@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from scheduler_app.conf import scheduler_settings
 
@@ -19,6 +20,54 @@ logger = logging.getLogger("scheduler_app")
 
 CHANNEL = "scheduler_app:wake"
 RETRY_SECONDS = 5.0
+
+
+def redis_location(url: str | None = None) -> str:
+    """The Redis URL without its user name and password, for messages."""
+    parts = urlsplit(url if url is not None else str(scheduler_settings.REDIS_URL or ""))
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    if not netloc:
+        return f"{parts.scheme}://{parts.path}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def redis_error(exc: BaseException) -> str:
+    """The error's kind and redis-py's message: addresses and errno, never the URL's password."""
+    text = str(exc).replace(str(scheduler_settings.REDIS_URL or ""), redis_location())
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+class _Outage:
+    """Logs a Redis outage once when it starts (WARNING, with the cause) and once when it ends."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._down = False
+
+    def failed(self, exc: BaseException) -> None:
+        if self._down:
+            logger.debug(
+                "%s: redis at %s still unreachable (%s)", self._what, redis_location(), redis_error(exc)
+            )
+            return
+        self._down = True
+        logger.warning(
+            "%s: redis at %s unreachable (%s); runners see work at their next tick instead",
+            self._what,
+            redis_location(),
+            redis_error(exc),
+        )
+
+    def succeeded(self) -> None:
+        if self._down:
+            self._down = False
+            logger.warning("%s: redis at %s reachable again", self._what, redis_location())
+
+
+_publish_outage = _Outage("wake-ups not sent")
 
 
 def _client() -> Any:
@@ -104,8 +153,10 @@ def _publish() -> None:
         return
     try:
         _publisher().publish(CHANNEL, b"1")
-    except Exception:
-        logger.info("redis wake-up not sent; runners will see the work at their next tick")
+    except Exception as exc:
+        _publish_outage.failed(exc)
+    else:
+        _publish_outage.succeeded()
 
 
 class Listener(threading.Thread):
@@ -117,6 +168,7 @@ class Listener(threading.Thread):
         # Set with ``wake`` when the wake-up came from a trigger; the runner clears it.
         self.heard = threading.Event()
         self._stop_event = threading.Event()
+        self._outage = _Outage("runner not woken by triggers")
 
     @classmethod
     def start_if_configured(cls, wake: threading.Event) -> Listener | None:
@@ -131,6 +183,7 @@ class Listener(threading.Thread):
             try:
                 pubsub = _client().pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(CHANNEL)
+                self._outage.succeeded()
                 try:
                     while not self._stop_event.is_set():
                         if pubsub.get_message(timeout=0.5) is not None:
@@ -138,8 +191,8 @@ class Listener(threading.Thread):
                             self._wake.set()
                 finally:
                     pubsub.close()
-            except Exception:
-                logger.info("redis unavailable; runner falls back to its tick interval")
+            except Exception as exc:
+                self._outage.failed(exc)
                 self._stop_event.wait(RETRY_SECONDS)
 
     def stop(self) -> None:

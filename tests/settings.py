@@ -94,7 +94,9 @@ SCHEDULER_APP: dict[str, object] = {
     "REDIS_URL": os.environ.get("SCHEDULER_REDIS_URL") or None,
 }
 if os.environ.get("SCHEDULER_LEASE"):
-    SCHEDULER_APP["LEASE_SECONDS"] = float(os.environ["SCHEDULER_LEASE"])
+    lease = float(os.environ["SCHEDULER_LEASE"])
+    # Short test leases keep the tick well below a third of them (checks E033, W002).
+    SCHEDULER_APP.update(LEASE_SECONDS=lease, TICK_INTERVAL=min(1.0, lease / 10))
 
 LOGGING = {
     "version": 1,

@@ -58,6 +58,13 @@ TRIGGERS = [
     ("scheduler_app.E031", {"API_PERMISSION_CLASSES": ["tests.nowhere.Permission"]}),
     ("scheduler_app.E031", {"API_PERMISSION_CLASSES": ["django.utils.timezone.now"]}),
     ("scheduler_app.W001", {"REDIS_URL": "http://localhost:6379"}),
+    ("scheduler_app.E033", {"TICK_INTERVAL": 100, "LEASE_SECONDS": 300}),
+    ("scheduler_app.E033", {"TICK_INTERVAL": 2, "LEASE_SECONDS": 5}),
+    ("scheduler_app.W002", {"TICK_INTERVAL": 60, "LEASE_SECONDS": 300}),
+]
+# Conditions of Django's own settings: (id, SCHEDULER_APP, the Django settings that trigger it).
+DJANGO_TRIGGERS = [
+    ("scheduler_app.E032", {}, {"USE_TZ": False}),
 ]
 
 
@@ -96,8 +103,22 @@ def test_each_condition_is_reported_under_its_id_with_the_documented_message_and
     assert type(message).__name__ == level
 
 
+@pytest.mark.parametrize(("check_id", "settings", "django_settings"), DJANGO_TRIGGERS)
+def test_each_condition_of_django_settings_is_reported_with_the_documented_message(
+    check_id, settings, django_settings
+):
+    level, documented_message, documented_hint = documented()[check_id]
+    with override_settings(**django_settings):
+        [message] = messages(settings)
+    assert message.id == check_id
+    assert re.fullmatch(as_pattern(documented_message), message.msg)
+    assert message.hint == documented_hint
+    assert type(message).__name__ == level
+
+
 def test_every_id_has_a_trigger_above():
-    assert {check_id for check_id, _ in TRIGGERS} == set(CHECKS)
+    triggered = {check_id for check_id, _ in TRIGGERS} | {check_id for check_id, *_ in DJANGO_TRIGGERS}
+    assert triggered == set(CHECKS)
 
 
 def test_the_ids_in_checks_py_and_in_the_docs_table_are_the_same():
@@ -124,7 +145,27 @@ def test_a_problem_message_names_what_was_found():
     [message] = messages(JS={"THREADS": 2, "TIMEOUT": 30})
     assert message.msg == "Unknown SCHEDULER_APP['JS'] keys: THREADS."
     [message] = messages(HANDLERS={"custom": "tests.nowhere.Handler"})
-    assert message.msg == "SCHEDULER_APP['HANDLERS']['custom'] cannot be imported: 'tests.nowhere.Handler'."
+    assert message.msg == (
+        "SCHEDULER_APP['HANDLERS']['custom'] cannot be imported: 'tests.nowhere.Handler'"
+        " (ModuleNotFoundError: No module named 'tests.nowhere')."
+    )
+
+
+def test_an_import_error_inside_the_hooks_own_module_is_shown(tmp_path, monkeypatch):
+    (tmp_path / "broken_hooks.py").write_text("import not_installed_dependency\n")
+    (tmp_path / "failing_hooks.py").write_text("raise RuntimeError('SETTINGS_X is missing')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    [broken] = messages(HOOKS={"on_task_execute": "broken_hooks.run"})
+    assert broken.id == "scheduler_app.E028"
+    assert "(ModuleNotFoundError: No module named 'not_installed_dependency')" in broken.msg
+    [failing] = messages(HOOKS={"on_task_execute": "failing_hooks.run"})
+    assert failing.id == "scheduler_app.E028"
+    assert "(RuntimeError: SETTINGS_X is missing)" in failing.msg
+
+
+def test_a_missing_attribute_of_an_existing_module_is_named():
+    [message] = messages(HOOKS={"on_task_execute": "tests.hooks.no_such_hook"})
+    assert 'does not define a "no_such_hook" attribute' in message.msg
 
 
 @pytest.mark.parametrize(

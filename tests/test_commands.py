@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import timedelta
+from io import StringIO
 from unittest import mock
 
 import pytest
@@ -13,7 +15,7 @@ from django.db import OperationalError
 from django.test import override_settings
 from django.urls import reverse
 
-from scheduler_app import db, scheduler
+from scheduler_app import __version__, db, scheduler
 from scheduler_app.models import Execution
 from scheduler_app.models import Runner as RunnerRecord
 from scheduler_app.runner.loop import SchedulerLoop
@@ -31,6 +33,41 @@ def test_run_scheduler_once_runs_what_is_due_and_exits():
     assert (execution.status, execution.result, execution.owner) == ("success", "once", "cli")
     record = RunnerRecord.objects.get(node_id="cli")
     assert record.stopped_at is not None and record.pid > 0
+
+
+def test_run_scheduler_says_who_it_is_at_start_at_the_default_verbosity(caplog):
+    output = StringIO()
+    with caplog.at_level(logging.INFO, logger="scheduler_app"):
+        call_command("run_scheduler", "--once", "--workers", "3", "--node-id", "cli", stdout=output)
+    first = output.getvalue().splitlines()[0]
+    assert first.startswith(f"scheduler_app {__version__} runner cli started: ")
+    assert ", 3 workers, no Redis (work is found by ticks every 1s)" in first
+    # --once ends without a signal: nothing tells the operator to signal again.
+    assert "signal again" not in caplog.text
+    quiet = StringIO()
+    call_command("run_scheduler", "--once", "--verbosity", "0", stdout=quiet)
+    assert quiet.getvalue() == ""
+
+
+def test_run_scheduler_once_fails_with_the_cause_when_its_tick_cannot_reach_the_database():
+    real_probe, probes = db.probe, iter(range(1))
+
+    def lost(*args, **kwargs):
+        if next(probes, None) is not None:
+            return real_probe(*args, **kwargs)  # the start's probe
+        raise OperationalError("server closed the connection unexpectedly")
+
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    with mock.patch.object(db, "probe", lost), pytest.raises(CommandError) as failed:
+        call_command("run_scheduler", "--once", "--verbosity", "0")
+    assert str(failed.value).startswith("the connection to ")
+    assert str(failed.value).endswith(" was lost")
+
+
+def test_run_scheduler_version_is_the_apps(capsys):
+    with pytest.raises(SystemExit):
+        call_command("run_scheduler", "--version")
+    assert capsys.readouterr().out.strip() == f"scheduler_app {__version__}"
 
 
 @pytest.mark.parametrize("argument", ["--workers=0", "--tick-interval=-1", "--lease=0", "--workers=two"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -358,11 +359,37 @@ def test_unknown_holds_the_serial_slot_until_resolved(clock):
     assert second.status == Status.SUCCESS
 
 
+def test_a_failure_that_will_be_retried_is_one_warning_and_the_last_one_an_error_with_traceback(
+    clock, caplog
+):
+    scheduler.register(
+        definition(cron="0 0 1 1 *", retry={"max_attempts": 2, "backoff": [5]}, params={"fail": True})
+    )
+    execution = scheduler.trigger("report")
+    runner = inline_runner(clock)
+    caplog.set_level(logging.WARNING, logger="scheduler_app")
+    runner.tick()
+    [retried] = [record for record in caplog.records if "failed" in record.getMessage()]
+    assert (retried.levelname, retried.exc_info) == ("WARNING", None)
+    assert retried.getMessage() == (
+        f"attempt 1 of {execution.occurrence_id} failed (RuntimeError: boom); it will be retried"
+    )
+    caplog.clear()
+    clock.advance(5)
+    runner.tick()
+    [last] = [record for record in caplog.records if "failed" in record.getMessage()]
+    assert (last.levelname, last.getMessage()) == ("ERROR", f"attempt 2 of {execution.occurrence_id} failed")
+    assert last.exc_info is not None and last.exc_info[0] is RuntimeError
+    assert Execution.objects.get(sequence=execution.sequence).status == Status.FAILED
+
+
 def test_request_stop_ends_a_pending_execution_at_once(clock):
     scheduler.register(definition(cron="0 0 1 1 *"))
     execution = scheduler.trigger("report")
     stopped = scheduler.executions.request_stop(execution.occurrence_id, by="alice")
     assert (stopped.status, stopped.error["reason"]) == ("interrupted", "stop requested")
+    assert stopped.stop_requested
+    assert Execution.objects.get(sequence=execution.sequence).stop_requested
     inline_runner(clock).tick()
     assert not hooks.CALLS
     assert ExecutionLog.objects.get().status == "interrupted"

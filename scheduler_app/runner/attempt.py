@@ -63,9 +63,12 @@ def safe_message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:500]}" if text else type(exc).__name__
 
 
-def call_handler(event: TaskEvent) -> Outcome:
-    """Run the start hook and the handler; map every way out to an Outcome that can be stored."""
-    outcome, secrets = _call(event)
+def call_handler(event: TaskEvent, *, last_attempt: bool = True) -> Outcome:
+    """Run the start hook and the handler; map every way out to an Outcome that can be stored.
+
+    A failure that will be retried is logged as one warning; the last one with its traceback.
+    """
+    outcome, secrets = _call(event, last_attempt)
     try:
         result, error = storable(outcome.result, secrets), storable(outcome.error, secrets)
     except RecursionError:
@@ -73,7 +76,7 @@ def call_handler(event: TaskEvent) -> Outcome:
     return Outcome(outcome.status, outcome.reason, result=result, error=error)
 
 
-def _call(event: TaskEvent) -> tuple[Outcome, list[str]]:
+def _call(event: TaskEvent, last_attempt: bool) -> tuple[Outcome, list[str]]:
     """The outcome as the handler left it, and the secrets to scrub from it."""
     config = event.task.handler
     secrets: list[str] = []
@@ -95,8 +98,17 @@ def _call(event: TaskEvent) -> tuple[Outcome, list[str]]:
             Status.FAILED, "failed", error={"code": exc.code, "message": exc.message[:1000]}
         ), secrets
     except Exception as exc:
-        logger.exception("attempt of %s failed", event.context.occurrence_id)
-        error = {"code": HOOK_FAILED if config is None else EXECUTION_FAILED, "message": safe_message(exc)}
+        message = safe_message(exc)
+        if last_attempt:
+            logger.exception("attempt %s of %s failed", event.context.attempt, event.context.occurrence_id)
+        else:
+            logger.warning(
+                "attempt %s of %s failed (%s); it will be retried",
+                event.context.attempt,
+                event.context.occurrence_id,
+                message,
+            )
+        error = {"code": HOOK_FAILED if config is None else EXECUTION_FAILED, "message": message}
         return Outcome(Status.FAILED, "failed", error=error), secrets
     try:
         json.dumps(result, allow_nan=False)
@@ -149,7 +161,8 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
     )
     event = TaskEvent(task=task, context=context, cancelled=attempt.cancelled)
     # Cancelled while it waited for this worker (started early), it ends without running.
-    outcome = None if attempt.cancelled.is_set() else call_handler(event)
+    last_attempt = number >= execution.max_attempts
+    outcome = None if attempt.cancelled.is_set() else call_handler(event, last_attempt=last_attempt)
     if outcome is None or attempt.cancelled.is_set():
         if attempt.lease_lost:
             logger.warning("lease lost for %s; the attempt writes nothing more", execution.occurrence_id)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, transaction
 
-from scheduler_app import __version__, db, journal, logs, wakeup
+from scheduler_app import __version__, database_errors, db, journal, logs, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import StorageError
 from scheduler_app.models import LEASED, Execution, Runner, Status
@@ -32,6 +32,10 @@ TRIGGER_GATHER = 0.02
 # Wake this long after a known due instant, so the probe's clock has passed it.
 EVENT_SLACK = 0.002
 DATABASE_ERRORS = (DatabaseError, InterfaceError)
+
+
+class RunnerFailed(Exception):
+    """``run(once=True)`` could not do its one tick; the message says why, without secrets."""
 
 
 def default_node_id() -> str:
@@ -125,6 +129,7 @@ class SchedulerLoop:
         self._next_event: float | None = None
         self._tick_started = 0.0
         self._claimed_nothing = False  # the last tick had due rows and claimed none of them
+        self._shutdown_requested = False
         self.inline = inline
 
     # -- lifecycle ---------------------------------------------------------
@@ -150,27 +155,55 @@ class SchedulerLoop:
             self._writer = JournalWriter(self.node_id, self.clock)
             self._pool = WorkerPool(self.workers, self._run_attempt)
         self._listener = wakeup.Listener.start_if_configured(self._wake)
-        logger.info("runner %s started with %s workers", self.node_id, self.workers)
+        logger.info("%s", self.description())
 
-    def _start_when_database_is_up(self) -> bool:
-        """Start, retrying with backoff while the database is unreachable; False if shut down first."""
+    def description(self) -> str:
+        """One line saying who this runner is: version, node, database, workers, wake-ups."""
+        if scheduler_settings.REDIS_URL:
+            wakeups = f"Redis wake-ups from {wakeup.redis_location()}"
+        else:
+            wakeups = f"no Redis (work is found by ticks every {self.tick_interval:g}s)"
+        return (
+            f"scheduler_app {__version__} runner {self.node_id} started:"
+            f" {database_errors.location(DEFAULT_DB_ALIAS)}, {self.workers} workers, {wakeups}"
+        )
+
+    def _start_when_database_is_up(self, once: bool) -> bool:
+        """Start, retrying with backoff while the database is unreachable; False if shut down first.
+
+        With ``once`` the first failure raises RunnerFailed instead.
+        """
         backoff = 1.0
         while not self._stopping.is_set():
             try:
                 self.start()
                 return True
-            except (StorageError, *DATABASE_ERRORS):
-                logger.warning("database unavailable at start; next try in %.1fs", backoff)
+            except (StorageError, *DATABASE_ERRORS) as exc:
+                cause = database_errors.describe(exc)
                 db.drop_broken_connections()
+                if once:
+                    raise RunnerFailed(f"cannot start: {cause}") from None
+                logger.warning("cannot start: %s; next try in %.1fs", cause, backoff)
                 self._wake.wait(backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
         return False
 
-    def run(self, *, once: bool = False) -> None:
-        """Tick until shutdown() (or once, then drain)."""
-        if not self._start_when_database_is_up():
+    def run(self, *, once: bool = False, on_start: Callable[[], None] | None = None) -> None:
+        """Tick until shutdown() (or once, then drain); ``on_start`` is called once started.
+
+        With ``once``, a tick the database refused raises RunnerFailed after the drain.
+        """
+        try:
+            started = self._start_when_database_is_up(once)
+        except RunnerFailed:
+            self.stop()
+            raise
+        if not started:
             self.stop()
             return
+        if on_start is not None:
+            on_start()
+        failure = None
         backoff = 0.0
         try:
             while not self._stopping.is_set():
@@ -184,15 +217,18 @@ class SchedulerLoop:
                         # An idle runner sends at most one statement per tick interval: a tick that
                         # also wrote the heartbeat or pruned logs pays for it with a longer pause.
                         pause = self.tick_interval * max(1, statements.count)
-                except DATABASE_ERRORS:
+                except DATABASE_ERRORS as exc:
+                    failure = database_errors.describe(exc)
                     db.drop_broken_connections()
                     # The first failure is often a connection the server dropped while it sat
                     # idle: reconnect at once; back off only if the database stays unreachable.
-                    retry_now = backoff == 0.0
+                    retry_now = backoff == 0.0 and not once
                     backoff = min(MAX_BACKOFF, max(self.tick_interval, backoff * 2 or 1.0))
-                    logger.warning("database unavailable; next try in %.1fs", 0.0 if retry_now else backoff)
+                    if not once:
+                        logger.warning("%s; next try in %.1fs", failure, 0.0 if retry_now else backoff)
                 except Exception:
                     # A bug or bad row must not kill the runner; it retries with backoff.
+                    failure = "the tick failed (the traceback is logged)"
                     backoff = min(MAX_BACKOFF, max(self.tick_interval, backoff * 2 or 1.0))
                     logger.exception("tick failed; next try in %.1fs", backoff)
                 self.cancel_overdue()
@@ -213,9 +249,12 @@ class SchedulerLoop:
                         self._stopping.wait(gather - (time.monotonic() - self._tick_started))
         finally:
             self.stop()
+        if once and failure is not None:
+            raise RunnerFailed(failure)
 
     def shutdown(self, reason: str = "shutdown") -> None:
         """Stop claiming and cancel in-flight attempts; run() then drains and returns."""
+        self._shutdown_requested = True
         self._stopping.set()
         with self._lock:
             attempts = list(self.in_flight.values())
@@ -228,11 +267,15 @@ class SchedulerLoop:
         if self._listener is not None:
             self._listener.stop()
         if self._pool is not None:
-            logger.warning(
-                "stopping: draining %s attempts for up to %ss (signal again to exit at once)",
-                len(self.in_flight),
-                self.drain_seconds,
-            )
+            if self.in_flight:
+                logger.warning(
+                    "stopping: draining %s attempts for up to %ss%s",
+                    len(self.in_flight),
+                    self.drain_seconds,
+                    " (signal again to exit at once)" if self._shutdown_requested else "",
+                )
+            else:
+                logger.info("stopping: no attempt in flight")
             drained = self._pool.stop(self.drain_seconds)
             if not drained:
                 logger.warning("drain timed out with %s attempts in flight", len(self.in_flight))

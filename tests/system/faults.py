@@ -133,8 +133,8 @@ def install() -> None:
         original_call_handler = attempt.call_handler
 
         @functools.wraps(original_call_handler)
-        def call_handler(event: Any) -> Any:
-            outcome = original_call_handler(event)
+        def call_handler(event: Any, **options: Any) -> Any:
+            outcome = original_call_handler(event, **options)
             _pause("pause_after_handler", event.context.occurrence_id)
             return outcome
 

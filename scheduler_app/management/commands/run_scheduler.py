@@ -11,9 +11,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from scheduler_app import __version__
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import SchedulerError
-from scheduler_app.runner.loop import SchedulerLoop
+from scheduler_app.runner.loop import RunnerFailed, SchedulerLoop
 from scheduler_app.services import validate_declared_tasks
 
 
@@ -33,6 +34,9 @@ def positive_float(value: str) -> float:
 
 class Command(BaseCommand):
     help = "Run the scheduler loop: create, claim and run task executions."
+
+    def get_version(self) -> str:
+        return f"scheduler_app {__version__}"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--once", action="store_true", help="Run one tick, wait for its attempts, exit.")
@@ -68,4 +72,12 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        runner.run(once=options["once"])
+
+        def announce() -> None:
+            if options["verbosity"] > 0:
+                self.stdout.write(runner.description())
+
+        try:
+            runner.run(once=options["once"], on_start=announce)
+        except RunnerFailed as exc:
+            raise CommandError(str(exc)) from None

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
+from scheduler_app import database_errors
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.db import probe
 from scheduler_app.models import Runner
@@ -25,8 +26,8 @@ class Command(BaseCommand):
             # Runners write last_seen_at on the database clock: compare on it too.
             lease = timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
             runners = list(Runner.objects.with_state(probe().now, lease))
-        except DatabaseError:
-            raise CommandError("database unavailable") from None
+        except DatabaseError as exc:
+            raise CommandError(database_errors.describe(exc)) from None
         if options["node_id"]:
             runners = [runner for runner in runners if runner.node_id == options["node_id"]]
         alive = 0
