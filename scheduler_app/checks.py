@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import DatabaseError, router
 from django.utils.module_loading import import_string
 from rest_framework.permissions import BasePermission, OperandHolder, SingleOperandHolder
 
@@ -185,6 +186,20 @@ CHECKS: dict[str, Check] = {
         "SCHEDULER_APP['TICK_INTERVAL'] ({tick:g} s) is not well below LEASE_SECONDS / 3 ({third:g} s): "
         "a slow tick or a database hiccup can make a running attempt lose its lease.",
         "Keep TICK_INTERVAL at most LEASE_SECONDS / 6, such as 1.0 with LEASE_SECONDS 300.",
+    ),
+    "scheduler_app.W005": Check(
+        Warning,
+        "SCHEDULER_APP['TASKS'] declares js tasks ({ids}), but mini-racer is not installed: "
+        "their attempts on this node fail with scheduler:033.",
+        "Install django-scheduler-app[js] on every node that runs run_scheduler; "
+        "nodes that only serve the admin or the API do not need it.",
+    ),
+    "scheduler_app.W004": Check(
+        Warning,
+        "The database holds enabled js tasks ({ids}), but mini-racer is not installed: "
+        "their attempts on this node fail with scheduler:033.",
+        "Install django-scheduler-app[js] on every node that runs run_scheduler; "
+        "nodes that only serve the admin or the API do not need it.",
     ),
 }
 
@@ -392,3 +407,48 @@ def _is_permission_class(target: Any) -> bool:
     if isinstance(target, (OperandHolder, SingleOperandHolder)):
         return True
     return isinstance(target, type) and issubclass(target, BasePermission)
+
+
+# How many task ids a message names before it says "...".
+SHOWN_IDS = 5
+
+
+def _listed(ids: list[str]) -> str:
+    return ", ".join(ids[:SHOWN_IDS]) + (", ..." if len(ids) > SHOWN_IDS else "")
+
+
+@register()
+def check_javascript_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W005: js tasks declared in TASKS where mini-racer (the js extra) is not installed."""
+    from scheduler_app.handlers.javascript import v8_available
+
+    declared = getattr(settings, "SCHEDULER_APP", {})
+    tasks = declared.get("TASKS", []) if isinstance(declared, dict) else []
+    if not isinstance(tasks, (list, tuple)) or v8_available():
+        return []
+    ids = [str(task.get("id")) for task in tasks if isinstance(task, dict) and _is_js(task.get("handler"))]
+    return [message("scheduler_app.W005", ids=_listed(ids))] if ids else []
+
+
+def _is_js(handler: Any) -> bool:
+    return isinstance(handler, dict) and handler.get("kind") == "js"
+
+
+@register(Tags.database)
+def check_javascript_tasks(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W004: enabled js tasks in the database where mini-racer is not installed; one query, only then."""
+    from scheduler_app.handlers.javascript import v8_available
+    from scheduler_app.models import Task
+
+    alias = router.db_for_read(Task)
+    if not databases or alias not in databases or v8_available():
+        return []
+    tasks = Task.objects.using(alias).filter(enabled=True, handler__kind="js").order_by("id")
+    try:
+        ids = list(tasks.values_list("id", flat=True)[: SHOWN_IDS + 1])
+    except DatabaseError:
+        # Not migrated yet (manage.py migrate runs the database checks first): no tasks to run.
+        return []
+    return [message("scheduler_app.W004", ids=_listed(ids))] if ids else []

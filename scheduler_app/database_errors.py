@@ -11,7 +11,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 SQLITE_SETTINGS = (
     "set DATABASES OPTIONS {'transaction_mode': 'IMMEDIATE', 'timeout': 20} (docs/operations.md, SQLite)"
 )
-DEFAULT_PORTS = {"postgresql": "5432", "mysql": "3306"}
+DEFAULT_PORTS = {"postgresql": "5432", "postgis": "5432", "mysql": "3306"}
 # MySQL/MariaDB client and server error numbers.
 MYSQL_CAUSES = {
     1044: "access_denied",
@@ -96,18 +96,18 @@ def describe(exc: BaseException, using: str = DEFAULT_DB_ALIAS) -> str:
 
 def location(using: str = DEFAULT_DB_ALIAS) -> str:
     """Which database an alias names, for messages: vendor, name, host and port, never the password."""
-    try:
-        vendor = connections[using].vendor
-    except Exception:
+    if using not in connections.settings:
         return f"database {using!r}"
+    # The ENGINE's last part (postgresql, mysql, sqlite3, postgis...): no connection is opened.
+    engine = _setting(using, "ENGINE").rsplit(".", 1)[-1]
     name = _setting(using, "NAME")
     alias = "" if using == DEFAULT_DB_ALIAS else f" (alias {using!r})"
-    if vendor == "sqlite":
+    if engine.startswith("sqlite"):
         return f"SQLite database {name!r}{alias}"
     host = _setting(using, "HOST") or "localhost"
-    port = _setting(using, "PORT") or DEFAULT_PORTS.get(vendor, "")
+    port = _setting(using, "PORT") or DEFAULT_PORTS.get(engine, "")
     address = f"{host}:{port}" if port else host
-    return f"{vendor} database {name!r} at {address}{alias}"
+    return f"{engine} database {name!r} at {address}{alias}"
 
 
 def _setting(using: str, key: str) -> str:

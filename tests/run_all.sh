@@ -15,14 +15,14 @@ fi
 if ! dpkg -s faketime >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq faketime >/dev/null
 fi
-"$VENV/pip" install -q --disable-pip-version-check -e ".[dev,postgres,mysql,redis]"
+# The package with every user extra, and the tools of the suite.
+"$VENV/pip" install -q --disable-pip-version-check -r requirements-dev.txt
 
 # -- browser tests (tests/test_admin_browser.py): Debian's Chromium and Playwright for Python.
-# Playwright drives /usr/bin/chromium; it never downloads a browser of its own.
+# Playwright (from requirements-dev.txt) drives /usr/bin/chromium; it never downloads a browser of its own.
 if [ ! -x /usr/bin/chromium ]; then
     apt-get update -qq && apt-get install -y -qq chromium >/dev/null
 fi
-"$VENV/pip" install -q --disable-pip-version-check -e ".[browser]"
 # -- end of browser tests
 
 bash tests/start_services.sh

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import ast
+import logging
 import re
+import sys
+from io import StringIO
 from pathlib import Path
 
 import pytest
 from django.core.checks import CheckMessage
+from django.core.management import call_command
 from django.test import override_settings
 from rest_framework.permissions import IsAdminUser, IsAuthenticated
 
-from scheduler_app.checks import CHECKS, check_settings
+from scheduler_app.checks import CHECKS, check_javascript_settings, check_javascript_tasks, check_settings
+from scheduler_app.models import Task
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "operations.md"
@@ -118,7 +123,7 @@ def test_each_condition_of_django_settings_is_reported_with_the_documented_messa
 
 def test_every_id_has_a_trigger_above():
     triggered = {check_id for check_id, _ in TRIGGERS} | {check_id for check_id, *_ in DJANGO_TRIGGERS}
-    assert triggered == set(CHECKS)
+    assert triggered | set(WITHOUT_V8) == set(CHECKS)
 
 
 def test_the_ids_in_checks_py_and_in_the_docs_table_are_the_same():
@@ -212,3 +217,82 @@ def test_conf_imports_nothing_from_the_app():
         alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
     ]
     assert not [name for name in imported if name.startswith("scheduler_app")]
+
+
+# -- a node without mini-racer (the js extra) --------------------------------
+
+# Conditions of this node's Python rather than of the settings alone, each tested below.
+WITHOUT_V8 = ("scheduler_app.W005", "scheduler_app.W004")
+JS_TASK = {"id": "invoice-summary", "cron": "0 6 * * *", "handler": {"kind": "js", "code": "() => 1"}}
+
+
+@pytest.fixture
+def without_v8(monkeypatch):
+    """This Python as installed without the js extra: py_mini_racer cannot be imported."""
+    monkeypatch.setitem(sys.modules, "py_mini_racer", None)
+
+
+def assert_documented(message: CheckMessage, check_id: str) -> None:
+    level, documented_message, documented_hint = documented()[check_id]
+    assert message.id == check_id
+    assert re.fullmatch(as_pattern(documented_message), message.msg)
+    assert message.hint == documented_hint
+    assert type(message).__name__ == level
+
+
+def js_tasks_in_the_database() -> None:
+    Task.objects.create(id="invoice-summary", cron="0 6 * * *", handler=JS_TASK["handler"])
+    Task.objects.create(id="paused", cron="0 6 * * *", handler=JS_TASK["handler"], enabled=False)
+    Task.objects.create(id="ping", cron="* * * * *", handler={"kind": "fake"})
+
+
+def test_js_tasks_declared_in_tasks_without_mini_racer_are_warning_w005(without_v8):
+    api_task = {"id": "ping", "cron": "* * * * *", "handler": {"kind": "api", "url": "https://example.com/"}}
+    with override_settings(SCHEDULER_APP={"TASKS": [JS_TASK, api_task]}):
+        [message] = check_javascript_settings()
+        assert check_settings() == []
+    assert_documented(message, "scheduler_app.W005")
+    assert message.msg.startswith("SCHEDULER_APP['TASKS'] declares js tasks (invoice-summary), but ")
+
+
+def test_js_tasks_declared_in_tasks_pass_with_mini_racer_installed():
+    with override_settings(SCHEDULER_APP={"TASKS": [JS_TASK]}):
+        assert check_javascript_settings() == []
+
+
+@pytest.mark.django_db
+def test_enabled_js_tasks_in_the_database_without_mini_racer_are_warning_w004_found_in_one_query(
+    without_v8, django_assert_num_queries
+):
+    js_tasks_in_the_database()
+    with django_assert_num_queries(1):
+        [message] = check_javascript_tasks(databases=["default"])
+    assert_documented(message, "scheduler_app.W004")
+    assert "(invoice-summary)" in message.msg
+    assert check_javascript_tasks(databases=None) == []
+
+
+@pytest.mark.django_db
+def test_w004_costs_no_query_with_mini_racer_installed(django_assert_num_queries):
+    js_tasks_in_the_database()
+    with django_assert_num_queries(0):
+        assert check_javascript_tasks(databases=["default"]) == []
+
+
+@pytest.mark.django_db
+def test_w004_is_reported_by_manage_py_check_with_database_only(without_v8):
+    js_tasks_in_the_database()
+    with_database, without_database = StringIO(), StringIO()
+    call_command("check", "--database", "default", stdout=StringIO(), stderr=with_database)
+    call_command("check", stdout=StringIO(), stderr=without_database)
+    assert "scheduler_app.W004" in with_database.getvalue()
+    assert "scheduler_app.W004" not in without_database.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_scheduler_logs_w004_at_start(without_v8, caplog):
+    js_tasks_in_the_database()
+    with caplog.at_level(logging.WARNING, logger="scheduler_app"):
+        call_command("run_scheduler", "--once", "--verbosity", "0")
+    [logged] = [record.getMessage() for record in caplog.records if "W004" in record.getMessage()]
+    assert logged.startswith("scheduler_app.W004: The database holds enabled js tasks (invoice-summary)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -494,3 +496,101 @@ def test_a_runner_process_survives_hostile_code_renews_leases_and_exits_on_sigte
         wait_for(lambda: not any(alive(pid) for pid in children), timeout=5)
     finally:
         runner.kill()
+
+
+# -- without mini-racer (the js extra) --------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+UNAVAILABLE = {
+    "code": "scheduler:033",
+    "message": "mini-racer is not installed on this node: install django-scheduler-app[js] to run js tasks here.",
+}
+
+
+@pytest.fixture
+def without_v8(monkeypatch):
+    """This Python as installed without the js extra: py_mini_racer cannot be imported."""
+    monkeypatch.setitem(sys.modules, "py_mini_racer", None)
+    close_shared_pool()
+
+
+def test_v8_is_available_with_the_js_extra_and_not_without_it(monkeypatch):
+    assert javascript.v8_available()
+    monkeypatch.setitem(sys.modules, "py_mini_racer", None)
+    assert not javascript.v8_available()
+
+
+@pytest.mark.django_db
+def test_without_mini_racer_the_attempt_fails_with_033_naming_the_extra_and_starts_no_child(
+    clock, without_v8, caplog
+):
+    scheduler.register(definition(handler=js("(context) => context.taskId")))
+    execution = run_due(clock)["report"]
+    assert (execution.status, execution.error) == (Status.FAILED, UNAVAILABLE)
+    assert javascript.pool().children() == []
+    assert [record for record in caplog.records if record.exc_info] == []
+
+
+@pytest.mark.django_db
+def test_without_mini_racer_js_tasks_can_still_be_registered_uncompiled(clock, without_v8):
+    # A web node without V8 registers tasks that runners with V8 run: the first attempt compiles.
+    scheduler.register(definition(handler=js("(context) => {")))
+    scheduler.update_task("report", handler=js("(context) => )"))
+    assert Task.objects.get().handler == js("(context) => )")
+
+
+def test_a_child_that_cannot_import_mini_racer_answers_033_without_a_traceback(tmp_path, monkeypatch, capfd):
+    broken = tmp_path / "py_mini_racer"
+    broken.mkdir()
+    (broken / "__init__.py").write_text(
+        "raise ImportError('libmini_racer.so: cannot open shared object file')\n"
+    )
+    # This process still finds the real mini-racer; only the children see the broken one.
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    close_shared_pool()
+    handler = javascript.JavaScriptHandler()
+    try:
+        for _ in range(2):
+            with pytest.raises(HandlerError) as caught:
+                handler.run(event_for("() => 1"))
+            assert (caught.value.code, caught.value.message) == (UNAVAILABLE["code"], UNAVAILABLE["message"])
+        assert handler.validate(js(f"() => {time.monotonic_ns()}")) == {}
+        assert len(javascript.pool().children()) == 1
+    finally:
+        close_shared_pool()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_process_tree_without_mini_racer_loads_the_app_passes_its_checks_and_fails_js_with_033(tmp_path):
+    # sitecustomize runs in every Python started with this PYTHONPATH: the test's and its JS helpers.
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['py_mini_racer'] = None\n")
+    script = """
+import django
+django.setup()
+from django.core.management import call_command
+from scheduler_app.events import ExecutionContext, TaskEvent
+from scheduler_app.handlers import registry
+from scheduler_app.handlers.base import HandlerError
+from scheduler_app.models import Task
+
+call_command("check")
+handler = registry.get("js")
+assert handler.validate({"kind": "js", "code": "(context) => 1"}) == {}
+task = Task(id="direct", cron="* * * * *", handler={"kind": "js", "code": "() => 1"})
+context = ExecutionContext("occurrence", 1, 1, "token", "direct", {}, "manual", "")
+try:
+    handler.run(TaskEvent(task=task, context=context))
+except HandlerError as exc:
+    print(exc.code)
+"""
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
+    finished = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.splitlines()[-1] == "scheduler:033"
+    assert "Traceback" not in finished.stderr

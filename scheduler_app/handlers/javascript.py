@@ -1,8 +1,14 @@
-"""The ``js`` handler kind: a function expression run in a fresh V8 isolate per attempt, in a child process."""
+"""The ``js`` handler kind: a function expression run in a fresh V8 isolate per attempt, in a child process.
+
+V8 comes with the ``js`` extra (mini-racer), which only the child processes import. Where it is
+missing, js tasks can still be registered (a web node may lack it while the runners have it), and
+their attempts fail with ``scheduler:033``.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import threading
 import time
@@ -11,7 +17,7 @@ from typing import Any
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.events import TaskEvent
 from scheduler_app.handlers.base import Handler, HandlerError
-from scheduler_app.handlers.js_child import JS_COMPILE_FAILED, JS_FAILED
+from scheduler_app.handlers.js_child import JS_COMPILE_FAILED, JS_FAILED, JS_UNAVAILABLE, UNAVAILABLE
 from scheduler_app.handlers.js_pool import Pool, shared_pool
 from scheduler_app.values import is_number
 
@@ -61,8 +67,22 @@ class JavaScriptHandler(Handler):
             raise HandlerError(JS_FAILED, "The result is not JSON.") from None
 
 
+def v8_available() -> bool:
+    """Whether mini-racer (the ``js`` extra) is installed for this Python; V8 itself is not loaded."""
+    try:
+        return importlib.util.find_spec("py_mini_racer") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def compile_error(code: str) -> str:
-    """Why ``code`` does not compile ("" when it does); checked once per distinct source."""
+    """Why ``code`` does not compile ("" when it does); checked once per distinct source.
+
+    Where V8 is not installed there is nothing to check with: "", and the first attempt on a
+    runner that has V8 compiles the code (scheduler:030).
+    """
+    if not v8_available():
+        return ""
     # surrogatepass: code sent as JSON may hold lone surrogates; V8 reports them as U+FFFD.
     digest = hashlib.sha256(code.encode(errors="surrogatepass")).hexdigest()
     with _checked_lock:
@@ -72,7 +92,7 @@ def compile_error(code: str) -> str:
     try:
         answer = _ask(code, time.monotonic() + CHECK_SECONDS, threading.Event(), check=True)
     except HandlerError as exc:
-        return f"The code could not be checked: {exc.message}"
+        return "" if exc.code == JS_UNAVAILABLE else f"The code could not be checked: {exc.message}"
     problem = str(answer.get("error", ""))
     with _checked_lock:
         if len(_checked) >= MAX_CHECKED:
@@ -89,6 +109,8 @@ def pool() -> Pool:
 def _ask(
     code: str, deadline: float, cancelled: threading.Event, *, context: Any = None, check: bool = False
 ) -> dict[str, Any]:
+    if not v8_available():
+        raise HandlerError(JS_UNAVAILABLE, UNAVAILABLE)
     js_settings = scheduler_settings.JS
     request = {
         "code": code,
@@ -98,7 +120,11 @@ def _ask(
         "memory_bytes": int(js_settings["MEMORY_LIMIT_MB"]) * 1024 * 1024,
         "result_max_bytes": int(js_settings.get("RESULT_MAX_BYTES", DEFAULT_RESULT_MAX_BYTES)),
     }
-    return pool().ask(request, deadline, cancelled)
+    answer = pool().ask(request, deadline, cancelled)
+    if answer.get("code") == JS_UNAVAILABLE:
+        # The child could not import mini-racer although this process finds it (a broken install).
+        raise HandlerError(JS_UNAVAILABLE, answer["error"])
+    return answer
 
 
 def _context(event: TaskEvent) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The JavaScript child process: answers its parent's requests, each in a fresh V8 isolate.
 
 Run as ``python -P js_child.py MEMORY_LIMIT_MB``; it imports only the standard library and
-py_mini_racer. Requests arrive on stdin and answers leave on the original stdout, each a
-frame of a 4-byte big-endian length and UTF-8 JSON:
+py_mini_racer (the ``js`` extra: without it, every answer is the error ``scheduler:033``).
+Requests arrive on stdin and answers leave on the original stdout, each a frame of a 4-byte
+big-endian length and UTF-8 JSON:
 
     request  {"code": str, "context": object, "check": bool, "deadline": float,
               "memory_bytes": int, "result_max_bytes": int}
@@ -31,6 +32,10 @@ T = TypeVar("T")
 HEADER = struct.Struct("!I")
 JS_FAILED = "scheduler:024"
 JS_COMPILE_FAILED = "scheduler:030"
+JS_UNAVAILABLE = "scheduler:033"
+UNAVAILABLE = (
+    "mini-racer is not installed on this node: install django-scheduler-app[js] to run js tasks here."
+)
 MESSAGE_CHARS = 500
 # Seconds past the deadline after which the child ends itself, should its parent be gone.
 ALARM_MARGIN = 10
@@ -86,10 +91,16 @@ SCRIPT = """(() => {
 
 def main() -> None:
     """Start V8, cap memory, then answer requests until stdin closes."""
-    from py_mini_racer import mini_racer
-
-    memory_limit_mb = int(sys.argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        from py_mini_racer import mini_racer
+    except ImportError:
+        # One clear answer per request rather than a traceback on the runner's stderr and a
+        # replacement child that dies the same way.
+        while read_frame(0) is not None:
+            write_frame(1, {"code": JS_UNAVAILABLE, "error": UNAVAILABLE})
+        return
+    memory_limit_mb = int(sys.argv[1])
     # A late callback from a closed isolate would print a traceback on every timeout.
     sys.unraisablehook = lambda unraisable: None
     answers = os.dup(1)

@@ -10,12 +10,17 @@ from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import router
 
 from scheduler_app import __version__
+from scheduler_app.checks import check_javascript_tasks
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import SchedulerError
+from scheduler_app.models import Task
 from scheduler_app.runner.loop import RunnerFailed, SchedulerLoop
 from scheduler_app.services import validate_declared_tasks
+
+logger = logging.getLogger("scheduler_app")
 
 
 def positive_int(value: str) -> int:
@@ -76,6 +81,9 @@ class Command(BaseCommand):
         def announce() -> None:
             if options["verbosity"] > 0:
                 self.stdout.write(runner.description())
+            # The database check of this node's Python (W004), which manage.py check runs only on demand.
+            for problem in check_javascript_tasks(databases=[router.db_for_read(Task)]):
+                logger.warning("%s: %s %s", problem.id, problem.msg, problem.hint)
 
         try:
             runner.run(once=options["once"], on_start=announce)
