@@ -124,9 +124,13 @@ class Executions:
     ) -> Execution:
         """Settle an unknown execution as success or discarded (compare-and-set on updated_at)."""
         if status not in RESOLVABLE:
-            raise InvalidDefinition(errors={"status": ["Must be success or discarded."]})
+            raise InvalidDefinition(
+                "The resolution is invalid.", errors={"status": ["Must be success or discarded."]}
+            )
         if not isinstance(expected_updated_at, datetime):
-            raise InvalidDefinition(errors={"expected_updated_at": ["Must be a datetime."]})
+            raise InvalidDefinition(
+                "The resolution is invalid.", errors={"expected_updated_at": ["Must be a datetime."]}
+            )
         execution = self.get(occurrence_id)
         _check_resolvable(execution, expected_updated_at)
         now = timezone.now()

@@ -445,6 +445,33 @@ def test_resolve_validates_its_body(api, clock):
     assert Execution.objects.get().status == "unknown"
 
 
+def test_a_bad_resolve_body_has_its_own_message_not_the_task_definitions(api, clock):
+    execution = unknown_execution(clock)
+    path = f"executions/{execution.occurrence_id}/resolve/"
+    read = execution.updated_at.isoformat()
+    refused_by_the_service = [
+        {"expected_updated_at": read},
+        {"status": "failed", "expected_updated_at": read},
+        {"status": 5, "expected_updated_at": read},
+        {"status": ["success"], "expected_updated_at": read},
+        {"status": "success"},
+    ]
+    refused_by_the_serializer = [
+        {"status": "success", "expected_updated_at": None},
+        {"status": "success", "expected_updated_at": 5},
+        {"status": "success", "expected_updated_at": read, "resolution": "success"},
+        [1],
+    ]
+    for body in refused_by_the_service + refused_by_the_serializer:
+        error = assert_error(post(api, path, body), 400, "scheduler:012")
+        assert "definition" not in error["message"], (body, error)
+    for body in refused_by_the_service:
+        assert post(api, path, body).json()["message"] == "The resolution is invalid.", body
+    with pytest.raises(InvalidDefinition, match=r"^The resolution is invalid\.$"):
+        scheduler.executions.resolve_unknown(execution.occurrence_id, "failed", execution.updated_at)
+    assert Execution.objects.get().status == "unknown"
+
+
 def test_stop_a_pending_execution_then_stopping_again_is_refused(api):
     scheduler.register(definition())
     execution = scheduler.trigger("report")
@@ -564,8 +591,8 @@ def test_options_is_refused_and_cannot_tell_whether_an_id_exists(api):
 
 
 def test_there_is_no_root_view_to_answer_with_the_hosts_default_permissions():
-    assert client_for(None).get(BASE).status_code == 404
-    assert client_for(make_user("nothing")).get(BASE).status_code == 404
+    assert_error(client_for(None).get(BASE), 404, "not_found")
+    assert_error(client_for(make_user("nothing")).get(BASE), 404, "not_found")
 
 
 def test_changing_a_handler_needs_the_handler_permission():
@@ -627,6 +654,39 @@ def test_api_permission_classes_replace_the_default_but_resolve_still_needs_its_
     assert_error(machine.get(BASE + "tasks/"), 403, "permission_denied")
 
 
+def test_a_refusal_names_the_missing_permissions():
+    scheduler.register(definition(handler=SECRET_HANDLER))
+    occurrence = uuid.uuid4()
+    resolve = {"status": "success", "expected_updated_at": "2026-03-02T09:00:00.123456Z"}
+    viewer = client_for(make_user("viewer", "view_task", "change_task"))
+    body = assert_error(post(viewer, "tasks/report/trigger/", {}), 403, "permission_denied")
+    assert body["message"] == "Missing permission: scheduler_app.add_execution."
+    body = assert_error(post(viewer, f"executions/{occurrence}/resolve/", resolve), 403, "permission_denied")
+    assert (
+        body["message"] == "Missing permissions: scheduler_app.view_execution, scheduler_app.resolve_unknown."
+    )
+    response = viewer.patch(BASE + "tasks/report/", {"handler": None}, format="json")
+    body = assert_error(response, 403, "permission_denied")
+    assert body["message"].startswith("Missing permission: scheduler_app.change_task_handler.")
+    outsider = client_for(make_user("outsider", *ALL_PERMISSIONS, staff=False))
+    body = assert_error(outsider.get(BASE + "tasks/"), 403, "permission_denied")
+    assert body["message"] == "Only staff users may call the scheduler API."
+    machine = client_for(make_user("machine", "view_execution", staff=False))
+    with override_settings(
+        SCHEDULER_APP={"API_PERMISSION_CLASSES": ["scheduler_app.api.permissions.HasModelPermissions"]}
+    ):
+        body = assert_error(machine.get(BASE + "logs/"), 403, "permission_denied")
+        assert body["message"] == "Missing permission: scheduler_app.view_executionlog."
+    with override_settings(
+        SCHEDULER_APP={"API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"]}
+    ):
+        response = post(machine, f"executions/{occurrence}/resolve/", resolve)
+        body = assert_error(response, 403, "permission_denied")
+        assert body["message"] == "Missing permission: scheduler_app.resolve_unknown."
+    body = assert_error(viewer.options(BASE + "tasks/"), 403, "permission_denied")
+    assert "refuses this method" in body["message"]
+
+
 def test_basic_authentication_follows_the_drf_settings(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     make_user("alice", *ALL_PERMISSIONS)
@@ -644,6 +704,53 @@ def test_session_authentication_needs_the_csrf_token():
     body = assert_error(response, 403, "permission_denied")
     assert "CSRF" in body["message"]
     assert not Task.objects.exists()
+
+
+# -- paths the API does not have --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["", "nope/", "tasks/report/nope/", "executions/unknown/nope/", "schema/docs/x/", "a//b/"]
+)
+def test_a_path_under_the_mount_that_names_no_endpoint_answers_404_in_the_error_shape(path, settings):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.csrf.CsrfViewMiddleware"]
+    scheduler.register(definition())
+    # Anonymous, and without a CSRF token on the writes: there is nothing to authorise.
+    client = APIClient(enforce_csrf_checks=True)
+    for method in ("get", "post", "put", "patch", "delete", "options", "head"):
+        response = getattr(client, method)(BASE + path)
+        assert response.status_code == 404, (method, response.content)
+        assert response["Content-Type"] == "application/json", method
+        if method != "head":
+            assert response.json() == {"code": "not_found", "message": "No endpoint at this path."}
+
+
+def test_a_wrong_method_on_a_right_path_keeps_drfs_405(api):
+    scheduler.register(definition())
+    execution = scheduler.trigger("report")
+    assert_error(api.delete(BASE + "tasks/"), 405, "method_not_allowed")
+    assert_error(api.get(BASE + "tasks/report/trigger/"), 405, "method_not_allowed")
+    assert_error(api.put(BASE + "logs/"), 405, "method_not_allowed")
+    assert_error(api.get(BASE + f"executions/{execution.occurrence_id}/stop/"), 405, "method_not_allowed")
+    assert_error(api.post(BASE + "executions/unknown/"), 405, "method_not_allowed")
+
+
+def test_the_hosts_other_paths_keep_the_hosts_404():
+    client = client_for(None)
+    for path in ("/nope/", "/api/", "/api/other/", "/api/schedulerx/", "/apischeduler/"):
+        response = client.get(path)
+        assert response.status_code == 404 and response["Content-Type"].startswith("text/html"), path
+
+
+def test_a_path_without_its_trailing_slash_follows_append_slash(settings):
+    client = client_for(None)
+    assert client.get(BASE + "tasks").headers["Location"] == BASE + "tasks/"
+    response = client.get(BASE + "nope", follow=True)
+    assert response.redirect_chain == [(BASE + "nope/", 301)]
+    assert_error(response, 404, "not_found")
+    settings.APPEND_SLASH = False
+    for path in ("tasks", "nope", "tasks/report/trigger"):
+        assert_error(client.get(BASE + path), 404, "not_found")
 
 
 # -- error mapping and input hardening ---------------------------------------------------

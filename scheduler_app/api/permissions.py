@@ -5,10 +5,13 @@ Each view names the Django permissions a call needs (``required_permissions``).
 resolving an unknown execution always needs ``scheduler_app.resolve_unknown``,
 changing what a task runs always needs ``scheduler_app.change_task_handler``,
 and a call a view lists no permissions for (OPTIONS) is refused to everyone.
+A refusal by these classes says why: which permissions are missing, or that
+the user is not staff.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -25,23 +28,41 @@ def required_permissions(request: Request, view: APIView) -> list[str]:
     return list(getter(request)) if getter is not None else []
 
 
+def missing_message(missing: Iterable[str]) -> str:
+    """``Missing permission: scheduler_app.add_execution.``, or the plural with each name."""
+    names = list(missing)
+    return f"Missing permission{'s' if len(names) > 1 else ''}: {', '.join(names)}."
+
+
 class HasModelPermissions(BasePermission):
     """Authenticated users holding every permission the call needs."""
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         user = request.user
-        return bool(user and user.is_authenticated and user.has_perms(required_permissions(request, view)))
+        if not (user and user.is_authenticated):
+            return False
+        missing = [name for name in required_permissions(request, view) if not user.has_perm(name)]
+        if missing:
+            # DRF answers 403 with the message of the permission that refused.
+            self.message = missing_message(missing)
+        return not missing
 
 
 class IsStaffWithModelPermissions(HasModelPermissions):
     """Active staff users holding every permission the call needs: the default."""
 
     def has_permission(self, request: Request, view: APIView) -> bool:
-        return bool(getattr(request.user, "is_staff", False)) and super().has_permission(request, view)
+        user = request.user
+        if user and user.is_authenticated and not getattr(user, "is_staff", False):
+            self.message = "Only staff users may call the scheduler API."
+            return False
+        return super().has_permission(request, view)
 
 
 class CanResolveUnknown(BasePermission):
     """Users holding the dedicated permission to settle executions in state unknown."""
+
+    message = missing_message([RESOLVE_UNKNOWN_PERMISSION])
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         user = request.user
@@ -50,6 +71,8 @@ class CanResolveUnknown(BasePermission):
 
 class Refused(BasePermission):
     """Nobody: for the calls a view lists no permissions for, such as OPTIONS."""
+
+    message = "The scheduler API refuses this method here, to everyone."
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         return False

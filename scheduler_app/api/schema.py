@@ -15,6 +15,8 @@ from rest_framework.schemas.inspectors import DefaultSchema
 T = TypeVar("T")
 
 HAS_SPECTACULAR = find_spec("drf_spectacular") is not None
+# Swagger UI's files, for the offline docs page at schema/docs/ (the openapi extra installs both).
+HAS_SIDECAR = find_spec("drf_spectacular_sidecar") is not None
 
 
 def document(**kwargs: Any) -> Callable[[T], T]:
