@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["TaskSkipped", "__version__", "scheduler"]
+__all__ = ["TaskSkipped", "__version__", "job", "scheduler"]
 
 from scheduler_app.exceptions import TaskSkipped
+from scheduler_app.jobs import job
 
 if TYPE_CHECKING:
     from scheduler_app.services import Scheduler

@@ -7,5 +7,7 @@ class SchedulerAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Register the system checks and connect the signal receivers."""
-        from scheduler_app import checks, signal_handlers  # noqa: F401
+        """Register the system checks, connect the signal receivers and find the @job functions."""
+        from scheduler_app import checks, jobs, signal_handlers  # noqa: F401
+
+        jobs.autodiscover()

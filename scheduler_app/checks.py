@@ -17,6 +17,7 @@ from django.db import DatabaseError, router
 from django.utils.module_loading import import_string
 from rest_framework.permissions import BasePermission, OperandHolder, SingleOperandHolder
 
+from scheduler_app import jobs
 from scheduler_app.conf import DEFAULTS, scheduler_settings
 from scheduler_app.exceptions import InvalidDefinition
 from scheduler_app.handlers.hooks import HOOK_NAMES
@@ -176,6 +177,24 @@ CHECKS: dict[str, Check] = {
         "leases are renewed by the tick loop, so running attempts would lose them.",
         "Keep TICK_INTERVAL well below LEASE_SECONDS / 3, such as 1.0 with LEASE_SECONDS 300.",
     ),
+    "scheduler_app.E035": Check(
+        Error, "SCHEDULER_APP['HOOK_TIMEOUT'] must be a positive number.", "Give seconds, such as 3600."
+    ),
+    "scheduler_app.E036": Check(
+        Error,
+        "SCHEDULER_APP['FUNCTIONS'] must be a dict.",
+        'Map function names to dotted paths, such as {"send-invoices": "billing.invoices.send"}.',
+    ),
+    "scheduler_app.E037": Check(
+        Error,
+        "SCHEDULER_APP['FUNCTIONS'][{name!r}] cannot be imported: {path!r} ({error}).",
+        "Give the dotted path of a function that takes one event, or the function itself.",
+    ),
+    "scheduler_app.E038": Check(
+        Error,
+        "Two functions are registered under the name {name!r}: {paths}.",
+        "Give each @job and each FUNCTIONS entry a name of its own.",
+    ),
     "scheduler_app.W001": Check(
         Warning,
         "SCHEDULER_APP['REDIS_URL'] is not a redis://, rediss:// or unix:// URL; wake-ups will fail.",
@@ -186,6 +205,12 @@ CHECKS: dict[str, Check] = {
         "SCHEDULER_APP['TICK_INTERVAL'] ({tick:g} s) is not well below LEASE_SECONDS / 3 ({third:g} s): "
         "a slow tick or a database hiccup can make a running attempt lose its lease.",
         "Keep TICK_INTERVAL at most LEASE_SECONDS / 6, such as 1.0 with LEASE_SECONDS 300.",
+    ),
+    "scheduler_app.W003": Check(
+        Warning,
+        "DATABASES[{alias!r}] is SQLite without OPTIONS 'transaction_mode': 'IMMEDIATE': "
+        "runners sharing it fail claims with 'database is locked' and retry them.",
+        'Set "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20} (docs/operations.md, SQLite).',
     ),
     "scheduler_app.W005": Check(
         Warning,
@@ -228,6 +253,7 @@ VALUE_RULES: tuple[tuple[str, str, str | None, Callable[[Any], bool]], ...] = (
     ("scheduler_app.E010", "DRAIN_SECONDS", None, _is_positive_number),
     ("scheduler_app.E011", "MAX_LOGS", None, lambda value: value is None or _is_positive_int(value)),
     ("scheduler_app.E012", "RETENTION_DAYS", None, lambda value: value is None or _is_positive_int(value)),
+    ("scheduler_app.E035", "HOOK_TIMEOUT", None, _is_positive_number),
     ("scheduler_app.E015", "HTTP", "TIMEOUT", _is_timeout),
     ("scheduler_app.E016", "HTTP", "MAX_RESPONSE_BYTES", _is_positive_int),
     ("scheduler_app.E017", "HTTP", "RESULT_MAX_BYTES", _is_positive_int),
@@ -244,6 +270,7 @@ DICT_SETTINGS: tuple[tuple[str, str, str | None], ...] = (
     ("JS", "scheduler_app.E021", "scheduler_app.E022"),
     ("HOOKS", "scheduler_app.E026", None),
     ("HANDLERS", "scheduler_app.E029", None),
+    ("FUNCTIONS", "scheduler_app.E036", None),
 )
 
 
@@ -274,8 +301,11 @@ def _problems(user: dict[str, Any]) -> Iterator[Problem]:
     yield from _task_problems()
     yield from _permission_problems()
     yield from _timing_problems()
+    for name, paths in jobs.clashes().items():
+        yield "scheduler_app.E038", {"name": name, "paths": ", ".join(paths)}
     if not settings.USE_TZ:
         yield "scheduler_app.E032", {}
+    yield from _sqlite_problems()
     alias = scheduler_settings.LOG_DATABASE
     if alias not in settings.DATABASES:
         yield "scheduler_app.E004", {"alias": alias}
@@ -318,6 +348,18 @@ def _timing_problems() -> Iterator[Problem]:
         yield "scheduler_app.W002", {"tick": tick, "third": lease / 3}
 
 
+def _sqlite_problems() -> Iterator[Problem]:
+    aliases = dict.fromkeys(["default", scheduler_settings.LOG_DATABASE])
+    for alias in aliases:
+        database = settings.DATABASES.get(alias)
+        if not isinstance(database, dict) or "sqlite" not in str(database.get("ENGINE", "")):
+            continue
+        options = database.get("OPTIONS") or {}
+        mode = options.get("transaction_mode") if isinstance(options, dict) else None
+        if str(mode or "").upper() != "IMMEDIATE":
+            yield "scheduler_app.W003", {"alias": alias}
+
+
 def _network_problems() -> Iterator[Problem]:
     http = scheduler_settings.HTTP
     networks = http.get("ALLOWED_NETWORKS") if isinstance(http, dict) else None
@@ -346,7 +388,12 @@ def _hook_problems() -> Iterator[Problem]:
 
 
 def _path_problems() -> Iterator[Problem]:
-    for group, check_id in (("HOOKS", "scheduler_app.E028"), ("HANDLERS", "scheduler_app.E003")):
+    groups = (
+        ("HOOKS", "scheduler_app.E028"),
+        ("HANDLERS", "scheduler_app.E003"),
+        ("FUNCTIONS", "scheduler_app.E037"),
+    )
+    for group, check_id in groups:
         entries = getattr(scheduler_settings, group)
         if not isinstance(entries, dict):
             continue

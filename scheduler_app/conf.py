@@ -28,6 +28,10 @@ DEFAULTS: dict[str, Any] = {
     "JS": {"TIMEOUT": 30, "MEMORY_LIMIT_MB": 128, "RESULT_MAX_BYTES": 64 * 1024},
     "REDIS_URL": None,
     "HOOKS": {},
+    # Seconds an on_task_execute hook may run before its attempt is cancelled (see HOOK_TIMEOUT).
+    "HOOK_TIMEOUT": 3600,
+    # Python functions run by the python handler kind: name -> dotted path (beside @job).
+    "FUNCTIONS": {},
     "HANDLERS": {},
     "TASKS": [],
     # Dotted paths of the REST API's DRF permission classes; None: staff with model permissions.

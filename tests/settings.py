@@ -19,6 +19,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "scheduler_app",
+    # Its jobs module registers @job functions, found by autodiscovery.
+    "tests.jobapp",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -97,6 +99,9 @@ if os.environ.get("SCHEDULER_LEASE"):
     lease = float(os.environ["SCHEDULER_LEASE"])
     # Short test leases keep the tick well below a third of them (checks E033, W002).
     SCHEDULER_APP.update(LEASE_SECONDS=lease, TICK_INTERVAL=min(1.0, lease / 10))
+if os.environ.get("SCHEDULER_HOOK_TIMEOUT"):
+    # Runner processes of the time-limit tests: hooks cancelled (and abandoned) within seconds.
+    SCHEDULER_APP["HOOK_TIMEOUT"] = float(os.environ["SCHEDULER_HOOK_TIMEOUT"])
 
 LOGGING = {
     "version": 1,

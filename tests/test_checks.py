@@ -66,10 +66,34 @@ TRIGGERS = [
     ("scheduler_app.E033", {"TICK_INTERVAL": 100, "LEASE_SECONDS": 300}),
     ("scheduler_app.E033", {"TICK_INTERVAL": 2, "LEASE_SECONDS": 5}),
     ("scheduler_app.W002", {"TICK_INTERVAL": 60, "LEASE_SECONDS": 300}),
+    ("scheduler_app.E035", {"HOOK_TIMEOUT": 0}),
+    ("scheduler_app.E036", {"FUNCTIONS": ["tests.jobapp.jobs.echo"]}),
+    ("scheduler_app.E037", {"FUNCTIONS": {"gone": "tests.nowhere.function"}}),
+    # tests.jobapp.jobs registers a different function as "echo" with @job.
+    ("scheduler_app.E038", {"FUNCTIONS": {"echo": "tests.hooks.on_task_execute"}}),
 ]
 # Conditions of Django's own settings: (id, SCHEDULER_APP, the Django settings that trigger it).
 DJANGO_TRIGGERS = [
     ("scheduler_app.E032", {}, {"USE_TZ": False}),
+    (
+        "scheduler_app.W003",
+        {},
+        {"DATABASES": {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "x.sqlite3"}}},
+    ),
+    (
+        "scheduler_app.W003",
+        {"LOG_DATABASE": "logs"},
+        {
+            "DATABASES": {
+                "default": {"ENGINE": "django.db.backends.postgresql", "NAME": "app"},
+                "logs": {
+                    "ENGINE": "django.db.backends.sqlite3",
+                    "NAME": "logs.sqlite3",
+                    "OPTIONS": {"transaction_mode": "DEFERRED"},
+                },
+            }
+        },
+    ),
 ]
 
 
@@ -108,6 +132,8 @@ def test_each_condition_is_reported_under_its_id_with_the_documented_message_and
     assert type(message).__name__ == level
 
 
+# The checks read settings.DATABASES only; no connection is made from the overridden one.
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES:UserWarning")
 @pytest.mark.parametrize(("check_id", "settings", "django_settings"), DJANGO_TRIGGERS)
 def test_each_condition_of_django_settings_is_reported_with_the_documented_message(
     check_id, settings, django_settings

@@ -10,7 +10,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.forms.fields import InvalidJSONInput, JSONString
 
-from scheduler_app import definitions
+from scheduler_app import definitions, jobs
 from scheduler_app.exceptions import InvalidDefinition, SchedulerError
 from scheduler_app.handlers import registry
 from scheduler_app.models import Task
@@ -18,6 +18,7 @@ from scheduler_app.services import scheduler
 
 # Where an error of definitions.validate_definition() is shown on the form.
 ERROR_FIELDS = {
+    "handler.function": "function",
     "retry": "retry_backoff",
     "retry.max_attempts": "retry_max_attempts",
     "retry.backoff": "retry_backoff",
@@ -93,6 +94,9 @@ class TaskForm(forms.ModelForm):
     neither reports success nor records a change that did not happen.
     """
 
+    # Replaced in __init__ by the registered names; here so that the admin may list it in fieldsets.
+    function = forms.ChoiceField(required=False)
+
     class Meta:
         model = Task
         fields = ("id", *definitions.MODEL_FIELDS)
@@ -123,6 +127,9 @@ class TaskForm(forms.ModelForm):
                 "as ***; leave a *** as it is to keep the stored value."
             )
             self.initial["handler"] = registry.masked(self.instance.handler)
+            self.fields["function"] = self._function_field()
+        else:
+            self.fields.pop("function", None)
         for name in ("params", "retry_backoff"):
             if name in self.fields:
                 self.fields[name].required = False
@@ -136,7 +143,7 @@ class TaskForm(forms.ModelForm):
         data["retry_backoff"] = data.get("retry_backoff") if data.get("retry_backoff") is not None else []
         stored = self.instance.handler if self.instance.pk else None
         if "handler" in self.fields:
-            handler = registry.unmask(data.get("handler"), stored)
+            handler = self._chosen_function(registry.unmask(data.get("handler"), stored), data)
             data["handler"] = handler
         else:
             handler = stored
@@ -180,9 +187,41 @@ class TaskForm(forms.ModelForm):
         if self.instance._state.adding:
             scheduler.register(self.definition)
             return
-        keys = {"retry" if name.startswith("retry_") else name for name in self.changed_data}
+        keys = {
+            "retry" if name.startswith("retry_") else "handler" if name == "function" else name
+            for name in self.changed_data
+        }
         changes = {key: self.definition[key] for key in keys if key in self.definition}
         scheduler.update_task(self.instance.id, **changes)
+
+    def _function_field(self) -> forms.ChoiceField:
+        """The registered Python functions to choose from: the python handler kind, without JSON."""
+        stored = self.instance.handler or {}
+        current = stored.get("function") if stored.get("kind") == "python" else None
+        names = jobs.names()
+        if isinstance(current, str) and current not in names:
+            names.append(current)  # shown, so that the form says it is no longer registered
+        self.initial.setdefault("function", current or "")
+        return forms.ChoiceField(
+            choices=[("", "---------"), *((name, name) for name in names)],
+            required=False,
+            label="Python function",
+            help_text="Runs this function, registered with @job or in FUNCTIONS (the python handler kind); "
+            "it takes the place of the handler above. Leave empty to use the handler above.",
+        )
+
+    def _chosen_function(self, handler: Any, data: dict[str, Any]) -> Any:
+        """The handler with the chosen function, keeping a python handler's timeout."""
+        function = data.get("function")
+        if not function:
+            return handler
+        if isinstance(handler, dict) and handler.get("kind") not in (None, "python"):
+            self.add_error("function", "Choose a Python function or a handler of another kind, not both.")
+            return handler
+        chosen: dict[str, Any] = {"kind": "python", "function": function}
+        if isinstance(handler, dict) and "timeout" in handler:
+            chosen["timeout"] = handler["timeout"]
+        return chosen
 
     def _add_definition_error(self, key: str, messages: list[str]) -> None:
         parts = key.split(".")

@@ -80,12 +80,13 @@ class TaskAdmin(SchedulerAdmin):
 
     # -- the form --------------------------------------------------------------
 
-    def _handler_field(self, request: HttpRequest, obj: Task | None) -> str:
-        """The editable handler only for those allowed to change it; everyone else sees it masked."""
+    def _handler_fields(self, request: HttpRequest, obj: Task | None) -> tuple[str, ...]:
+        """The editable handler (and the choice of a registered Python function) only for those
+        allowed to change it; everyone else sees it masked."""
         can_save = self.has_change_permission(request, obj) if obj else self.has_add_permission(request)
-        return (
-            "handler" if can_save and request.user.has_perm(CHANGE_HANDLER_PERMISSION) else "masked_handler"
-        )
+        if can_save and request.user.has_perm(CHANGE_HANDLER_PERMISSION):
+            return ("handler", "function")
+        return ("masked_handler",)
 
     def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> Any:
         return [
@@ -104,7 +105,7 @@ class TaskAdmin(SchedulerAdmin):
                     )
                 },
             ),
-            ("Handler", {"fields": ("params", self._handler_field(request, obj))}),
+            ("Handler", {"fields": ("params", *self._handler_fields(request, obj))}),
             ("Record", {"fields": ("revision", "next_run", "created_at", "updated_at")}),
         ]
 

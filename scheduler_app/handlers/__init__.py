@@ -16,6 +16,7 @@ logger = logging.getLogger("scheduler_app")
 BUILTIN: dict[str, str] = {
     "api": "scheduler_app.handlers.http.HttpHandler",
     "js": "scheduler_app.handlers.javascript.JavaScriptHandler",
+    "python": "scheduler_app.handlers.python.PythonHandler",
 }
 
 

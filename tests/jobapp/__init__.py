@@ -1,0 +1,1 @@
+"""An installed app of the test project whose jobs module registers @job functions (autodiscovery)."""
