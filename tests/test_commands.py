@@ -37,7 +37,7 @@ def test_run_scheduler_once_runs_what_is_due_and_exits():
 
 def test_run_scheduler_says_who_it_is_at_start_at_the_default_verbosity(caplog):
     output = StringIO()
-    with caplog.at_level(logging.INFO, logger="scheduler_app"):
+    with caplog.at_level(logging.WARNING, logger="scheduler_app"):
         call_command("run_scheduler", "--once", "--workers", "3", "--node-id", "cli", stdout=output)
     first = output.getvalue().splitlines()[0]
     assert first.startswith(f"scheduler_app {__version__} runner cli started: ")
@@ -47,6 +47,12 @@ def test_run_scheduler_says_who_it_is_at_start_at_the_default_verbosity(caplog):
     quiet = StringIO()
     call_command("run_scheduler", "--once", "--verbosity", "0", stdout=quiet)
     assert quiet.getvalue() == ""
+    # Where the runner's INFO log is shown, the line is logged once and not printed again.
+    logged = StringIO()
+    with caplog.at_level(logging.INFO, logger="scheduler_app"):
+        call_command("run_scheduler", "--once", "--node-id", "logged", stdout=logged)
+    assert logged.getvalue() == ""
+    assert [r for r in caplog.records if r.getMessage().startswith(f"scheduler_app {__version__} runner logged")]
 
 
 def test_run_scheduler_once_fails_with_the_cause_when_its_tick_cannot_reach_the_database():

@@ -1,5 +1,6 @@
 """A runnable project for trying scheduler_app: SQLite by default, PostgreSQL/MySQL/Redis by environment.
 
+SCHEDULER_DEMO_DB=/path/demo.sqlite3   the SQLite file (default testproject/db.sqlite3)
 SCHEDULER_DB=postgres  DATABASE_HOST, DATABASE_NAME, DATABASE_USER, DATABASE_PASSWORD
 SCHEDULER_DB=mysql     the same variables
 REDIS_URL=redis://127.0.0.1:6379/0   optional wake-ups
@@ -66,18 +67,24 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": BASE_DIR / "db.sqlite3",
-            # IMMEDIATE makes each claim transaction take the write lock up front.
+            "NAME": os.environ.get("SCHEDULER_DEMO_DB") or BASE_DIR / "db.sqlite3",
+            # Each transaction takes the write lock when it begins: in the default (deferred) mode a
+            # claim that read before writing fails at once with "database is locked" when another
+            # runner, the admin or a trigger holds the lock. A transaction waits up to 20 s for the lock
+            # (Django's default is 5). See docs/operations.md, SQLite.
             "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
         }
     }
 
 SCHEDULER_APP = {
     "WORKERS": 4,
+    # Short leases, so that a killed runner's attempts are recovered within half a minute (default 300 s).
+    "LEASE_SECONDS": 30,
     "REDIS_URL": os.environ.get("REDIS_URL") or None,
     "HOOKS": {
         "on_task_execute": "testproject.hooks.on_task_execute",
         "on_task_finish": "testproject.hooks.on_task_finish",
+        "on_task_interrupted": "testproject.hooks.on_task_interrupted",
     },
     "TASKS": [
         {
@@ -102,12 +109,26 @@ SCHEDULER_APP = {
             "retry": {"max_attempts": 2, "backoff": [5]},
             "params": {"fail_on_first_attempt": True},
         },
+        {
+            "id": "slow",
+            "name": "Takes 20 seconds: run it now, kill the runner meanwhile, watch it recover",
+            "cron": "0 4 * * *",
+            # An attempt lost with its runner is run again (a second attempt), not left unknown.
+            "idempotent": True,
+            "retry": {"max_attempts": 2, "backoff": [5]},
+            "params": {"seconds": 20},
+        },
     ],
 }
 
+# The runner's lines and the sample hooks' lines (logger "testproject"), with time and origin.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"scheduler_app": {"handlers": ["console"], "level": "INFO"}},
+    "formatters": {"demo": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "demo"}},
+    "loggers": {
+        "scheduler_app": {"handlers": ["console"], "level": "INFO"},
+        "testproject": {"handlers": ["console"], "level": "INFO"},
+    },
 }

@@ -79,7 +79,8 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, on_signal)
 
         def announce() -> None:
-            if options["verbosity"] > 0:
+            # The runner logs the line at INFO; printed too where that log is not shown.
+            if options["verbosity"] > 0 and not logger.isEnabledFor(logging.INFO):
                 self.stdout.write(runner.description())
             # The database check of this node's Python (W004), which manage.py check runs only on demand.
             for problem in check_javascript_tasks(databases=[router.db_for_read(Task)]):
