@@ -44,6 +44,14 @@ class Handler:
         base64): each is replaced by ``***`` in the results and errors stored. Override when it holds secrets."""
         return []
 
+    def time_limit(self, config: dict[str, Any]) -> float | None:
+        """Seconds one attempt may run before the runner cancels it (see docs/concepts.md, Time limits).
+
+        None: no limit beyond those the handler enforces itself, as ``api`` and ``js`` do.
+        Hook-run tasks pass an empty ``config``.
+        """
+        return None
+
     def run(self, event: TaskEvent) -> Any:
         raise NotImplementedError
 

@@ -54,6 +54,9 @@ class HookHandler(Handler):
 
     kind = ""
 
+    def time_limit(self, config: dict[str, Any]) -> float | None:
+        return float(scheduler_settings.HOOK_TIMEOUT)
+
     def run(self, event: TaskEvent) -> Any:
         hook = get_hook("on_task_execute")
         if hook is None:

@@ -18,6 +18,7 @@ from scheduler_app.handlers import registry
 from scheduler_app.handlers.base import HandlerError, MissingHandler
 from scheduler_app.handlers.hooks import call_hook, notify
 from scheduler_app.models import Status, Task
+from scheduler_app.runner import limits
 from scheduler_app.runner.claims import Claim
 from scheduler_app.runner.clock import Clock
 from scheduler_app.runner.recording import EXECUTION_FAILED, DirectJournal, JournalPort, Outcome
@@ -42,12 +43,35 @@ class Attempt:
     journal: JournalPort | None = None
     # (started, when), where the runner started the attempt before a worker took it.
     started: tuple[bool, datetime] | None = None
+    # Set by the worker as the handler starts, when its kind has a time limit (runner/limits.py).
+    limit: limits.Limit | None = None
+    # Exactly one of the two comes true: the handler returned, so its worker records the outcome,
+    # or the runner abandoned it past its limit and recorded it unknown.
+    returned: bool = False
+    abandoned: bool = False
+    _ending: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def cancel(self, reason: str, *, lease_lost: bool = False) -> None:
         if not self.cancelled.is_set():
             self.cancel_reason = reason
             self.lease_lost = lease_lost
             self.cancelled.set()
+
+    def handler_returned(self) -> bool:
+        """Called by the worker once the handler is done: True unless the attempt was abandoned first,
+        in which case the worker writes nothing."""
+        with self._ending:
+            self.returned = not self.abandoned
+            return self.returned
+
+    def abandon(self) -> bool:
+        """Called by the runner past the grace: True unless the handler returned (or it was
+        abandoned) first."""
+        with self._ending:
+            if self.returned or self.abandoned:
+                return False
+            self.abandoned = True
+            return True
 
 
 STOPPED = Outcome(
@@ -162,13 +186,25 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
     event = TaskEvent(task=task, context=context, cancelled=attempt.cancelled)
     # Cancelled while it waited for this worker (started early), it ends without running.
     last_attempt = number >= execution.max_attempts
-    outcome = None if attempt.cancelled.is_set() else call_handler(event, last_attempt=last_attempt)
+    outcome = None
+    if not attempt.cancelled.is_set():
+        attempt.limit = limits.start(task.handler)
+        outcome = call_handler(event, last_attempt=last_attempt)
+    if not attempt.handler_returned():
+        logger.warning(
+            "the handler of %s returned after its attempt was recorded unknown; nothing is written",
+            execution.occurrence_id,
+        )
+        return
     if outcome is None or attempt.cancelled.is_set():
         if attempt.lease_lost:
             logger.warning("lease lost for %s; the attempt writes nothing more", execution.occurrence_id)
             return
         reason = attempt.cancel_reason
-        outcome = Outcome(Status.INTERRUPTED, reason, error={"reason": reason, "message": reason})
+        if reason == limits.TIME_LIMIT and attempt.limit is not None:
+            outcome = limits.timed_out(attempt.limit)
+        else:
+            outcome = Outcome(Status.INTERRUPTED, reason, error={"reason": reason, "message": reason})
     finished = _finish(attempt, node, clock, outcome, from_status=Status.RUNNING, event=event)
     if finished and outcome.status == Status.SUCCESS and task.delete_after_run:
         # Matching the revision spares a definition updated while the attempt ran.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import socket
 import threading
 import time
@@ -18,9 +17,10 @@ from scheduler_app import __version__, database_errors, db, journal, logs, wakeu
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import StorageError
 from scheduler_app.models import LEASED, Execution, Runner, Status
-from scheduler_app.runner import claims, scheduling
+from scheduler_app.runner import claims, limits, scheduling
 from scheduler_app.runner.attempt import Attempt, run_attempt
 from scheduler_app.runner.clock import Clock, DatabaseClock
+from scheduler_app.runner.workers import WorkerPool
 from scheduler_app.runner.writer import JournalWriter, start_batch
 from scheduler_app.services import scheduler
 
@@ -40,53 +40,6 @@ class RunnerFailed(Exception):
 
 def default_node_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class WorkerPool:
-    """Threads that run attempts; each closes its database connections when it ends."""
-
-    def __init__(self, size: int, work: Callable[[Attempt], None]) -> None:
-        self._queue: queue.Queue[Attempt | None] = queue.Queue()
-        self._work = work
-        self._waiting = 0  # threads blocked on the queue
-        self._waiting_lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._loop, name=f"scheduler-worker-{i}", daemon=True)
-            for i in range(size)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _loop(self) -> None:
-        try:
-            while True:
-                with self._waiting_lock:
-                    self._waiting += 1
-                item = self._queue.get()
-                with self._waiting_lock:
-                    self._waiting -= 1
-                if item is None:
-                    break
-                self._work(item)
-        finally:
-            connections.close_all()
-
-    def idle(self) -> int:
-        """How many threads would take an attempt submitted now at once (a hint: it may be low)."""
-        with self._waiting_lock:
-            return max(0, self._waiting - self._queue.qsize())
-
-    def submit(self, attempt: Attempt) -> None:
-        self._queue.put(attempt)
-
-    def stop(self, timeout: float) -> bool:
-        """Ask every thread to end; True when all ended within ``timeout``."""
-        for _ in self._threads:
-            self._queue.put(None)
-        deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        return not any(thread.is_alive() for thread in self._threads)
 
 
 class SchedulerLoop:
@@ -232,8 +185,9 @@ class SchedulerLoop:
                     backoff = min(MAX_BACKOFF, max(self.tick_interval, backoff * 2 or 1.0))
                     logger.exception("tick failed; next try in %.1fs", backoff)
                 self.cancel_overdue()
+                self.enforce_time_limits()
                 if once:
-                    self.wait_idle(self.drain_seconds)
+                    self.wait_idle(self.drain_seconds, watch_limits=True)
                     break
                 if not retry_now:
                     woken = self._wake.wait(self._pause(backoff or pause))
@@ -287,10 +241,13 @@ class SchedulerLoop:
             )
         connections.close_all()
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until no attempt is in flight (used by --once and tests)."""
+    def wait_idle(self, timeout: float, *, watch_limits: bool = False) -> bool:
+        """Wait until no attempt is in flight (used by --once and tests); with ``watch_limits``, enforce
+        their time limits meanwhile (only from the loop's own thread)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if watch_limits:
+                self.enforce_time_limits()
             with self._lock:
                 if not self.in_flight:
                     return True
@@ -308,6 +265,7 @@ class SchedulerLoop:
         self._tick_started = time.monotonic()
         # Stop overdue attempts before anything else: this tick may recover their rows.
         self.cancel_overdue()
+        self.enforce_time_limits()
         db.drop_broken_connections()
         sent = time.monotonic()
         probe = db.probe()
@@ -402,13 +360,19 @@ class SchedulerLoop:
         return max(0.1, min(2.0, self.lease_seconds * 0.05))
 
     def _pause(self, wanted: float) -> float:
-        """Sleep no longer than the next known due instant (a cron minute, a retry, a lease expiry)
-        or the earliest local lease deadline, so work starts and overdue attempts are cancelled on time."""
+        """Sleep no longer than the next known due instant (a cron minute, a retry, a lease expiry),
+        the earliest local lease deadline or time limit, so work starts and overdue attempts are
+        cancelled on time."""
         with self._lock:
             deadlines = [
                 a.lease_deadline - self._fence_margin()
                 for a in self.in_flight.values()
                 if not a.cancelled.is_set()
+            ]
+            deadlines += [
+                limit.next_deadline()
+                for a in self.in_flight.values()
+                if (limit := limits.watched(a)) is not None
             ]
         if self._next_event is not None:
             deadlines.append(self._next_event)
@@ -423,6 +387,40 @@ class SchedulerLoop:
             overdue = [attempt for attempt in self.in_flight.values() if now >= attempt.lease_deadline]
         for attempt in overdue:
             attempt.cancel("lease lost", lease_lost=True)
+
+    def enforce_time_limits(self) -> None:
+        """Cancel attempts at their time limit; abandon those whose handler outlived the grace after it
+        (recorded unknown, their worker replaced)."""
+        now = time.monotonic()
+        with self._lock:
+            attempts = list(self.in_flight.values())
+        for attempt in attempts:
+            if attempt.abandoned:
+                self._record_abandoned(attempt)  # its first try met a database error
+                continue
+            step = limits.step(attempt, now)
+            if step == limits.CANCEL:
+                limits.time_out(attempt, now)
+            elif step == limits.ABANDON and attempt.abandon():
+                if self._pool is not None:
+                    self._pool.replace(attempt)
+                self._record_abandoned(attempt)
+
+    def _record_abandoned(self, attempt: Attempt) -> None:
+        # Until it is recorded the attempt keeps its lease, renewed with the others', unless the
+        # lease is lost: recovery then applies.
+        lost = attempt.lease_lost or time.monotonic() + self._fence_margin() >= attempt.lease_deadline
+        if lost or limits.record_unknown(attempt, self.node_id, self.clock):
+            self._forget(attempt)
+
+    def _forget(self, attempt: Attempt) -> None:
+        """Take an attempt out of flight (never a later attempt of the same execution)."""
+        sequence = attempt.claim.execution.sequence
+        with self._lock:
+            if self.in_flight.get(sequence) is attempt:
+                del self.in_flight[sequence]
+        if self._needs_work():
+            self._wake.set()
 
     def renew_leases(self) -> None:
         """Extend the leases of in-flight attempts; cancel those lost or stop-requested."""
@@ -464,10 +462,7 @@ class SchedulerLoop:
             logger.exception("attempt of %s crashed the worker", attempt.claim.execution.occurrence_id)
         finally:
             db.drop_broken_connections()
-            with self._lock:
-                self.in_flight.pop(attempt.claim.execution.sequence, None)
-            if self._needs_work():
-                self._wake.set()
+            self._forget(attempt)
 
     def _write_log(self, execution: Execution, task_name: str, status: str) -> None:
         finished = execution.finished_at or self.clock.now()

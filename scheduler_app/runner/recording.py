@@ -146,6 +146,9 @@ def plan_finish(attempt: Attempt, now: datetime, outcome: Outcome, from_status: 
             "result": outcome.result,
             "error": outcome.error,
         }
+        if to_status == Status.UNKNOWN:
+            # Nobody owns an attempt of unknown outcome: clearing its token fences out a late write.
+            fields.update(journal.released())
     started_at = execution.started_at if from_status == Status.RUNNING else None
     log = logs.build_log(
         execution, task.name, number, log_status, started_at, now, outcome.result, outcome.error
