@@ -52,7 +52,9 @@ def test_run_scheduler_says_who_it_is_at_start_at_the_default_verbosity(caplog):
     with caplog.at_level(logging.INFO, logger="scheduler_app"):
         call_command("run_scheduler", "--once", "--node-id", "logged", stdout=logged)
     assert logged.getvalue() == ""
-    assert [r for r in caplog.records if r.getMessage().startswith(f"scheduler_app {__version__} runner logged")]
+    assert [
+        r for r in caplog.records if r.getMessage().startswith(f"scheduler_app {__version__} runner logged")
+    ]
 
 
 def test_run_scheduler_once_fails_with_the_cause_when_its_tick_cannot_reach_the_database():
