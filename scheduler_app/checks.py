@@ -226,6 +226,18 @@ CHECKS: dict[str, Check] = {
         "Install django-scheduler-app[js] on every node that runs run_scheduler; "
         "nodes that only serve the admin or the API do not need it.",
     ),
+    "scheduler_app.E039": Check(
+        Error,
+        "Declared tasks ({ids}) have the ids of tasks created by register(), the admin or the API: "
+        "run_scheduler refuses to take them over.",
+        "Rename the declarations (TASKS or @job), or delete those tasks so that the next runner start "
+        "creates them from their declarations.",
+    ),
+    "scheduler_app.E040": Check(
+        Error,
+        "@job declarations are invalid: {detail}",
+        "Fix the @job(...) arguments; run_scheduler refuses to start until then.",
+    ),
 }
 
 # A problem found: the id of its condition and the values its message names.
@@ -427,10 +439,10 @@ def _import_error(path: Any) -> str | None:
 
 
 def _task_problems() -> Iterator[Problem]:
-    from scheduler_app.services import validate_declared_tasks
+    from scheduler_app.services import validate_settings_tasks
 
     try:
-        validate_declared_tasks(scheduler_settings.TASKS)
+        validate_settings_tasks(scheduler_settings.TASKS)
     except InvalidDefinition as exc:
         detail = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in exc.errors.items())
         yield "scheduler_app.E002", {"detail": detail}
@@ -499,3 +511,44 @@ def check_javascript_tasks(
         # Not migrated yet (manage.py migrate runs the database checks first): no tasks to run.
         return []
     return [message("scheduler_app.W004", ids=_listed(ids))] if ids else []
+
+
+@register()
+def check_job_declarations(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E040: @job declarations with invalid fields, or with an id TASKS declares too."""
+    from scheduler_app import declarations
+    from scheduler_app.services import settings_ids
+
+    try:
+        declarations.validate(settings_ids(scheduler_settings.TASKS))
+    except InvalidDefinition as exc:
+        detail = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in exc.errors.items())
+        return [message("scheduler_app.E040", detail=detail)]
+    return []
+
+
+@register(Tags.database)
+def check_declared_collisions(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """E039: declared ids (TASKS or @job) held by tasks that register(), the admin or the API created."""
+    from scheduler_app import declarations
+    from scheduler_app.models import NO_LONGER_DECLARED, Task
+    from scheduler_app.services import settings_ids
+
+    alias = router.db_for_read(Task)
+    if not databases or alias not in databases:
+        return []
+    ids = settings_ids(scheduler_settings.TASKS) | {d.task_id for d in declarations.declared()}
+    if not ids:
+        return []
+    tasks = Task.objects.using(alias).filter(id__in=sorted(ids), declared_in="")
+    try:
+        taken = list(
+            tasks.exclude(disabled_reason=NO_LONGER_DECLARED)
+            .order_by("id")
+            .values_list("id", flat=True)[: SHOWN_IDS + 1]
+        )
+    except DatabaseError:
+        return []  # not migrated yet, as in check_javascript_tasks
+    return [message("scheduler_app.E039", ids=_listed(taken))] if taken else []

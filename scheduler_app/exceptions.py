@@ -13,6 +13,7 @@ messages or connection parameters. Do not raise ``SchedulerError`` directly.
      +-- ExecutionNotFound (LookupError)     scheduler:040
      +-- Conflict                            scheduler:041
      +-- InvalidState                        scheduler:042
+     |    +-- TaskDeclared                   scheduler:044
      +-- TaskSkipped                         (raised by hooks to end an attempt as interrupted)
 """
 
@@ -80,6 +81,13 @@ class Conflict(SchedulerError):
 class InvalidState(SchedulerError):
     code = "scheduler:042"
     default_message = "The execution is not in a state that allows this."
+
+
+class TaskDeclared(InvalidState):
+    """The task is declared in code (TASKS or @job): its definition fields are changed there."""
+
+    code = "scheduler:044"
+    default_message = "The task is declared in code; change its declaration instead."
 
 
 class TaskSkipped(SchedulerError):

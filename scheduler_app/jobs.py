@@ -5,6 +5,9 @@ Only a registered name can be chosen, so whoever edits a task in the admin or
 the API picks among the functions the project offers and cannot run any other
 importable callable.
 
+``@job("name", cron="0 2 * * *", ...)`` also declares the task that runs the
+function, kept in scheduler_app.declarations and synced like TASKS.
+
 Functions are found as the admin finds ``admin.py``: each installed app's
 ``jobs`` module is imported when Django starts (``autodiscover``); FUNCTIONS
 (name -> dotted path) covers functions that live elsewhere.
@@ -18,6 +21,7 @@ from typing import Any, TypeVar
 
 from django.utils.module_loading import autodiscover_modules, import_string
 
+from scheduler_app import declarations
 from scheduler_app.conf import scheduler_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,10 +32,19 @@ _clashes: dict[str, set[str]] = {}
 _lock = threading.Lock()
 
 
-def job(name: str) -> Callable[[F], F]:
-    """Register the decorated function under ``name`` for the ``python`` handler kind."""
+def job(name: str, /, *, cron: str | None = None, timeout: Any = None, **fields: Any) -> Callable[[F], F]:
+    """Register the decorated function under ``name`` for the ``python`` handler kind.
+
+    With ``cron`` (and any other definition field) it also declares the task
+    ``name`` that runs it: handler ``{"kind": "python", "function": name}``,
+    with ``timeout`` when given. ``name`` is positional, so that ``name=`` is the task's name.
+    """
     if not isinstance(name, str) or not name.strip():
         raise TypeError("job() takes the function's name, a non-empty string: @job('send-invoices').")
+    for reserved in ("id", "handler"):
+        if reserved in fields:
+            raise TypeError(f"@job({name!r}) sets the task's {reserved} itself: leave {reserved}= out.")
+    declares = cron is not None or timeout is not None or bool(fields)
 
     def register(function: F) -> F:
         if not callable(function):
@@ -41,6 +54,10 @@ def job(name: str) -> Callable[[F], F]:
             if known is not None and path_of(known) != path_of(function):
                 _clashes.setdefault(name, {path_of(known)}).add(path_of(function))
             _decorated.setdefault(name, function)
+        if declares:
+            declarations.declare(
+                name, declarations.definition_of(name, cron, timeout, fields), path_of(function)
+            )
         return function
 
     return register
@@ -100,7 +117,8 @@ def clashes() -> dict[str, list[str]]:
 
 
 def forget(name: str) -> None:
-    """Unregister a decorated name (tests)."""
+    """Unregister a decorated name and the task it declares (tests)."""
     with _lock:
         _decorated.pop(name, None)
         _clashes.pop(name, None)
+    declarations.forget(name)

@@ -16,6 +16,16 @@ class Overlap(models.TextChoices):
     BUFFER_ONE = "buffer_one", "Keep one waiting"
 
 
+class DeclaredIn(models.TextChoices):
+    NOWHERE = "", "Not declared (register(), the admin or the API)"
+    SETTINGS = "settings", "SCHEDULER_APP['TASKS']"
+    CODE = "code", "@job"
+
+
+# Set by refresh_tasks() on a task whose declaration is gone; see services.refresh_tasks.
+NO_LONGER_DECLARED = "no longer declared in code (TASKS or @job); disabled at runner start"
+
+
 # Created by Task.Meta.permissions; the admin and the REST API check it under this name.
 CHANGE_HANDLER_PERMISSION = "scheduler_app.change_task_handler"
 
@@ -38,6 +48,9 @@ class Task(models.Model):
     max_concurrency = models.PositiveIntegerField(default=1)
     overlap = models.CharField(max_length=16, choices=Overlap.choices, default=Overlap.SKIP)
     misfire_grace_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Where the definition lives when it is declared in code: refresh_tasks() owns those fields.
+    declared_in = models.CharField(max_length=16, choices=DeclaredIn.choices, default="", blank=True)
+    disabled_reason = models.CharField(max_length=200, blank=True)
     revision = models.PositiveIntegerField(default=1)
     next_run_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -15,11 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, OperationalError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduler_app import cron, definitions, journal, logs, wakeup
+from scheduler_app import cron, declarations, definitions, journal, logs, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import (
     Conflict,
@@ -29,11 +30,14 @@ from scheduler_app.exceptions import (
     SchedulerError,
     StorageError,
     TaskAlreadyExists,
+    TaskDeclared,
     TaskNotFound,
 )
 from scheduler_app.models import (
     LEASED,
+    NO_LONGER_DECLARED,
     TERMINAL,
+    DeclaredIn,
     Execution,
     ExecutionLog,
     LogPersistence,
@@ -43,6 +47,8 @@ from scheduler_app.models import (
     manual_occurrence_id,
 )
 from scheduler_app.statements import journal_statements
+
+logger = logging.getLogger("scheduler_app")
 
 MAX_PAGE_SIZE = 500
 RESOLVABLE = (Status.SUCCESS, Status.DISCARDED)
@@ -207,7 +213,8 @@ class Scheduler:
             values = definitions.validate_changes(data)
             if "cron" in changes and "timezone" not in changes:
                 definitions.raise_if_errors(_cron_errors(values["cron"], task.timezone))
-            _apply(task, values)
+            _refuse_declared(task, values)
+            _apply(task, _with_reason(task, values))
         return task
 
     def replace_task(self, task_id: str, definition: Any) -> Task:
@@ -221,35 +228,43 @@ class Scheduler:
                 raise TaskNotFound() from None
             data = {**definition, "id": task_id} if isinstance(definition, dict) else definition
             wanted = Task(**definitions.validate_definition(data))
-            _apply(task, {field: getattr(wanted, field) for field in definitions.MODEL_FIELDS})
+            values = {field: getattr(wanted, field) for field in definitions.MODEL_FIELDS}
+            _refuse_declared(task, values)
+            _apply(task, _with_reason(task, values))
         return task
 
     def unregister(self, task_id: str) -> None:
         with storage_errors():
-            deleted, _ = Task.objects.filter(id=task_id).delete()
-        if not deleted:
-            raise TaskNotFound()
+            deleted, _ = Task.objects.filter(id=task_id, declared_in=DeclaredIn.NOWHERE).delete()
+            if not deleted:
+                task = Task.objects.filter(id=task_id).first()
+                if task is None:
+                    raise TaskNotFound()
+                raise TaskDeclared(
+                    f"Task {task.id!r} is declared in {_where(task)}: remove the declaration instead "
+                    "(the task is then disabled at the next runner start, and can be deleted)."
+                )
 
     def refresh_tasks(self) -> list[Task]:
-        """Make the tasks declared in SCHEDULER_APP["TASKS"] match their declarations; all or nothing.
+        """Make the declared tasks (SCHEDULER_APP["TASKS"] and ``@job``) match their declarations.
 
-        A declaration is the whole definition: fields it leaves out take their
-        defaults. Tasks not declared there are left alone.
+        All or nothing, in one transaction. A declaration is the whole
+        definition: fields it leaves out take their defaults. A task declared
+        before whose declaration is gone is disabled, with the reason
+        recorded. A task created by register(), the admin or the API is never
+        taken over: TaskAlreadyExists, and nothing changes. Runners starting
+        together converge: the one that loses the race to insert a new
+        declared task syncs again and finds the row.
         """
-        declared = validate_declared_tasks(scheduler_settings.TASKS)
-        synced = []
-        with storage_errors(), transaction.atomic():
-            for definition in declared:
-                wanted = Task(**definitions.validate_definition(definition))
-                existing = Task.objects.select_for_update().filter(id=wanted.id).first()
-                if existing is None:
-                    wanted.next_run_at = _next_run(wanted)
-                    wanted.save(force_insert=True)
-                    synced.append(wanted)
-                else:
-                    _apply(existing, {field: getattr(wanted, field) for field in definitions.MODEL_FIELDS})
-                    synced.append(existing)
-        return synced
+        declared = _declared(scheduler_settings.TASKS)
+        with storage_errors():
+            for _ in range(SYNC_ATTEMPTS - 1):
+                try:
+                    return _sync(declared)
+                except (IntegrityError, OperationalError) as exc:
+                    if not _lost_race(exc):
+                        raise
+            return _sync(declared)
 
     # -- executions ------------------------------------------------------------
 
@@ -388,6 +403,119 @@ class Scheduler:
 
 
 SCHEDULE_FIELDS = frozenset({"cron", "timezone", "enabled"})
+# The fields a declaration owns: every definition field but enabled (operators may pause a task).
+CODE_OWNED = frozenset(definitions.MODEL_FIELDS) - {"enabled"}
+# A sync that lost an insert race sees the winner's row on its next try.
+SYNC_ATTEMPTS = 3
+# Deadlocks: MySQL/MariaDB 1213 (its gap locks on rows not yet inserted); PostgreSQL 40P01.
+DEADLOCK_CODES = (1213, "40P01")
+
+
+def _declared(tasks: Any) -> list[tuple[dict[str, Any], str]]:
+    """Every declared definition with where it is declared: TASKS first, then @job."""
+    errors: dict[str, list[str]] = {}
+    messages = []
+    in_settings: list[dict[str, Any]] = []
+    try:
+        in_settings = validate_settings_tasks(tasks)
+    except InvalidDefinition as exc:
+        errors.update(exc.errors)
+        messages.append(exc.message)
+    in_code: list[dict[str, Any]] = []
+    try:
+        in_code = declarations.validate(settings_ids(tasks))
+    except InvalidDefinition as exc:
+        errors.update(exc.errors)
+        messages.append(exc.message)
+    if errors:
+        message = messages[0] if len(messages) == 1 else "The declared tasks are invalid."
+        raise InvalidDefinition(message, errors=errors)
+    return [(d, DeclaredIn.SETTINGS) for d in in_settings] + [(d, DeclaredIn.CODE) for d in in_code]
+
+
+def _sync(declared: list[tuple[dict[str, Any], str]]) -> list[Task]:
+    wanted: dict[str, Task] = {}
+    for definition, source in declared:
+        task = Task(**definitions.validate_definition(definition))
+        task.declared_in = source
+        wanted[task.id] = task
+    synced: dict[str, Task] = {}
+    with transaction.atomic():
+        existing = Task.objects.select_for_update().filter(id__in=list(wanted)).order_by("id")
+        found = {task.id: task for task in existing}
+        taken = sorted(task_id for task_id, task in found.items() if registered_by_hand(task))
+        if taken:
+            raise TaskAlreadyExists(
+                f"Declared tasks collide with tasks created by register(), the admin or the API: "
+                f"{', '.join(taken)}. Rename the declarations, or delete those tasks first "
+                "(check scheduler_app.E039)."
+            )
+        # In id order, so that runners inserting the same new tasks wait on each other, not deadlock.
+        for task_id in sorted(wanted):
+            task = wanted[task_id]
+            if task_id not in found:
+                task.next_run_at = _next_run(task)
+                task.save(force_insert=True)
+                synced[task_id] = task
+                continue
+            values = {field: getattr(task, field) for field in definitions.MODEL_FIELDS}
+            if found[task_id].disabled_reason != NO_LONGER_DECLARED:
+                # enabled is the operator's once the task exists: a pause outlives the next deploy.
+                del values["enabled"]
+            _apply(found[task_id], {**values, "declared_in": task.declared_in, "disabled_reason": ""})
+            synced[task_id] = found[task_id]
+        gone = Task.objects.select_for_update().exclude(declared_in=DeclaredIn.NOWHERE)
+        for task in gone.exclude(id__in=list(wanted)).order_by("id"):
+            _apply(
+                task,
+                {"enabled": False, "declared_in": DeclaredIn.NOWHERE, "disabled_reason": NO_LONGER_DECLARED},
+            )
+            logger.warning("task %s is no longer declared in TASKS or @job: disabled", task.id)
+    return [synced[task_id] for task_id in wanted]
+
+
+def registered_by_hand(task: Task) -> bool:
+    """Whether a declaration with this task's id would take over a task register() created."""
+    return task.declared_in == DeclaredIn.NOWHERE and task.disabled_reason != NO_LONGER_DECLARED
+
+
+def _lost_race(exc: DatabaseError) -> bool:
+    if isinstance(exc, IntegrityError):
+        return True
+    cause = exc.__cause__
+    code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    if code is None and cause is not None and cause.args:
+        code = cause.args[0]
+    return code in DEADLOCK_CODES
+
+
+def _where(task: Task) -> str:
+    if task.declared_in == DeclaredIn.SETTINGS:
+        return "SCHEDULER_APP['TASKS']"
+    return declarations.where(task.id)
+
+
+def _refuse_declared(task: Task, values: dict[str, Any]) -> None:
+    """Refuse changes to the fields a declared task's declaration owns (enabled stays free)."""
+    if task.declared_in == DeclaredIn.NOWHERE:
+        return
+    changed = {field for field in CODE_OWNED & set(values) if getattr(task, field) != values[field]}
+    if not changed:
+        return
+    names = sorted({"retry" if field.startswith("retry_") else field for field in changed})
+    raise TaskDeclared(
+        f"Task {task.id!r} is declared in {_where(task)}: change {', '.join(names)} there. "
+        "Enabling, disabling and running it now stay allowed.",
+        fields=names,
+        declared_in=task.declared_in,
+    )
+
+
+def _with_reason(task: Task, values: dict[str, Any]) -> dict[str, Any]:
+    """Enabling a task clears the reason it was disabled for."""
+    if values.get("enabled") is True and task.disabled_reason:
+        return {**values, "disabled_reason": ""}
+    return values
 
 
 def _next_run(task: Task) -> datetime:
@@ -457,6 +585,21 @@ def _cron_errors(expression: str, zone: str) -> dict[str, list[str]]:
 
 
 def validate_declared_tasks(declared: Any) -> list[dict[str, Any]]:
+    """Check the declared tasks: SCHEDULER_APP["TASKS"] (``declared``) and the @job declarations.
+
+    Errors are keyed ``TASKS[i].field`` and ``@job('name').field``; a task has one declaration.
+    """
+    return [definition for definition, _ in _declared(declared)]
+
+
+def settings_ids(declared: Any) -> set[str]:
+    """The ids SCHEDULER_APP["TASKS"] declares, valid or not."""
+    if not isinstance(declared, (list, tuple)):
+        return set()
+    return {item["id"] for item in declared if isinstance(item, dict) and isinstance(item.get("id"), str)}
+
+
+def validate_settings_tasks(declared: Any) -> list[dict[str, Any]]:
     """Check SCHEDULER_APP["TASKS"]: a list of valid definitions with unique ids."""
     if not isinstance(declared, (list, tuple)):
         raise InvalidDefinition(

@@ -139,6 +139,10 @@ class TaskForm(forms.ModelForm):
         assert data is not None
         if self.errors:
             return data
+        # A declared task's code-owned fields are read-only, out of the form: they keep their values.
+        for name in definitions.MODEL_FIELDS:
+            if name not in self.fields and name != "handler":
+                data[name] = getattr(self.instance, name)
         data["params"] = data.get("params") if data.get("params") is not None else {}
         data["retry_backoff"] = data.get("retry_backoff") if data.get("retry_backoff") is not None else []
         stored = self.instance.handler if self.instance.pk else None

@@ -21,10 +21,10 @@ from scheduler_app import cron
 from scheduler_app.admin.common import SchedulerAdmin, actor, tell
 from scheduler_app.admin.crontext import describe
 from scheduler_app.admin.forms import TaskForm
-from scheduler_app.exceptions import SchedulerError, TaskNotFound
+from scheduler_app.exceptions import SchedulerError, TaskDeclared, TaskNotFound
 from scheduler_app.handlers import registry
-from scheduler_app.models import CHANGE_HANDLER_PERMISSION, TERMINAL, Execution, Status, Task
-from scheduler_app.services import scheduler
+from scheduler_app.models import CHANGE_HANDLER_PERMISSION, TERMINAL, DeclaredIn, Execution, Status, Task
+from scheduler_app.services import CODE_OWNED, scheduler
 
 PREVIEW_COUNT = 5
 # A trigger creates an execution: the same permission as POST tasks/{id}/trigger/ in the REST API.
@@ -64,8 +64,8 @@ def _both_zones(instant: datetime, zone_name: str) -> SafeString:
 @admin.register(Task)
 class TaskAdmin(SchedulerAdmin):
     form = TaskForm
-    list_display = ("id", "name", "schedule", "zone", "enabled", "next_run", "last_outcome")
-    list_filter = ("enabled", LastOutcomeFilter, "overlap", "idempotent")
+    list_display = ("id", "name", "schedule", "zone", "enabled", "declared", "next_run", "last_outcome")
+    list_filter = ("enabled", "declared_in", LastOutcomeFilter, "overlap", "idempotent")
     search_fields = ("id", "name", "description")
     actions = ["run_now", "enable", "disable"]
 
@@ -84,13 +84,14 @@ class TaskAdmin(SchedulerAdmin):
         """The editable handler (and the choice of a registered Python function) only for those
         allowed to change it; everyone else sees it masked."""
         can_save = self.has_change_permission(request, obj) if obj else self.has_add_permission(request)
-        if can_save and request.user.has_perm(CHANGE_HANDLER_PERMISSION):
+        declared = obj is not None and obj.declared_in != DeclaredIn.NOWHERE
+        if can_save and not declared and request.user.has_perm(CHANGE_HANDLER_PERMISSION):
             return ("handler", "function")
         return ("masked_handler",)
 
     def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> Any:
         return [
-            (None, {"fields": ("id", "name", "description", "enabled")}),
+            (None, {"fields": ("id", "name", "description", "enabled", "declared", "disabled_reason")}),
             ("Schedule", {"fields": ("cron", "timezone", "next_fire_times", "misfire_grace_seconds")}),
             (
                 "Runs",
@@ -110,8 +111,25 @@ class TaskAdmin(SchedulerAdmin):
         ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
-        fields = ["masked_handler", "next_fire_times", "revision", "next_run", "created_at", "updated_at"]
+        fields = [
+            "masked_handler",
+            "declared",
+            "disabled_reason",
+            "next_fire_times",
+            "revision",
+            "next_run",
+            "created_at",
+            "updated_at",
+        ]
+        if obj is not None and obj.declared_in != DeclaredIn.NOWHERE:
+            # Its declaration owns the definition: only enabled stays editable.
+            fields += sorted(CODE_OWNED - {"handler"})
         return ["id", *fields] if obj is not None else fields
+
+    def has_delete_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
+        if obj is not None and obj.declared_in != DeclaredIn.NOWHERE:
+            return False  # removing its declaration disables it at the next runner start
+        return super().has_delete_permission(request, obj)
 
     def save_model(self, request: HttpRequest, obj: Task, form: ModelForm, change: bool) -> None:
         # TaskForm saved the task through the services when it was validated.
@@ -122,14 +140,38 @@ class TaskAdmin(SchedulerAdmin):
             scheduler.unregister(obj.id)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        refused = []
         for task in queryset:
-            self.delete_model(request, task)
+            try:
+                self.delete_model(request, task)
+            except TaskDeclared:
+                refused.append(task.id)
+        tell(
+            self,
+            request,
+            ngettext(
+                "Did not delete %(count)d task declared in code (remove its declaration instead): %(items)s.",
+                "Did not delete %(count)d tasks declared in code (remove their declarations instead): "
+                "%(items)s.",
+                len(refused),
+            ),
+            refused,
+            messages.ERROR,
+        )
 
     # -- columns and read-only fields -----------------------------------------
 
     @admin.display(description="cron", ordering="cron")
     def schedule(self, task: Task) -> SafeString:
         return format_html("<code>{}</code><br><small>{}</small>", task.cron, describe(task.cron))
+
+    @admin.display(description="declared in", ordering="declared_in")
+    def declared(self, task: Task) -> str:
+        """Where the definition is declared: the code owns those tasks' fields."""
+        if task is None or task.declared_in == DeclaredIn.NOWHERE:
+            return "-"
+        where = "SCHEDULER_APP['TASKS']" if task.declared_in == DeclaredIn.SETTINGS else "@job"
+        return f"code ({where})"
 
     @admin.display(description="timezone", ordering="timezone")
     def zone(self, task: Task) -> str:

@@ -15,7 +15,15 @@ from scheduler_app import definitions
 from scheduler_app.api.schema import document_field
 from scheduler_app.handlers import registry
 from scheduler_app.logs import LOG_FIELDS
-from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status, Task, TriggerType
+from scheduler_app.models import (
+    DeclaredIn,
+    Execution,
+    ExecutionEvent,
+    ExecutionLog,
+    Status,
+    Task,
+    TriggerType,
+)
 from scheduler_app.services import MAX_PAGE_SIZE
 from scheduler_app.values import short_text
 
@@ -94,6 +102,15 @@ class TaskSerializer(PassThroughSerializer):
     misfire_grace_seconds = serializers.IntegerField(
         min_value=1, max_value=86400 * 31, required=False, allow_null=True
     )
+    declared_in = serializers.ChoiceField(
+        choices=DeclaredIn.choices,
+        read_only=True,
+        help_text="Where the task is declared in code: settings (TASKS) or code (@job); empty when it is not. "
+        "A declared task's fields other than enabled are changed in its declaration (409, scheduler:044).",
+    )
+    disabled_reason = serializers.CharField(
+        read_only=True, help_text="Why the scheduler disabled the task, such as a declaration removed."
+    )
     revision = serializers.IntegerField(read_only=True)
     next_run_at = serializers.DateTimeField(read_only=True, allow_null=True)
     created_at = serializers.DateTimeField(read_only=True)
@@ -114,6 +131,8 @@ class TaskSerializer(PassThroughSerializer):
     def to_representation(self, task: Task) -> dict[str, Any]:
         data = task.to_definition()
         data["handler"] = registry.masked(task.handler)
+        data["declared_in"] = task.declared_in
+        data["disabled_reason"] = task.disabled_reason
         data["revision"] = task.revision
         for name in ("next_run_at", "created_at", "updated_at"):
             value = getattr(task, name)

@@ -54,6 +54,13 @@ NIGHTLY_REPORT = {
 }
 
 
+DECLARED = described(
+    ErrorSerializer,
+    "The task is declared in code (declared_in settings or code): its fields other than enabled "
+    "are changed in its declaration, and it is not deleted here (scheduler:044).",
+)
+
+
 def _errors(*codes: int) -> dict[int, Any]:
     """Error responses of an operation, with those any call can get."""
     descriptions = {
@@ -172,7 +179,7 @@ class TaskViewSet(SchedulerViewSet):
 
     @document(
         request=TaskSerializer,
-        responses={200: TaskSerializer, **_errors(400, 404, 415)},
+        responses={200: TaskSerializer, **_errors(400, 404, 415), 409: DECLARED},
         description="Replace the definition: fields left out take their defaults.",
         examples=example("replace", {"cron": "30 1 * * *", "name": "Nightly report", "enabled": False}),
     )
@@ -187,7 +194,7 @@ class TaskViewSet(SchedulerViewSet):
 
     @document(
         request=TaskSerializer,
-        responses={200: TaskSerializer, **_errors(400, 404, 415)},
+        responses={200: TaskSerializer, **_errors(400, 404, 415), 409: DECLARED},
         description="Change the fields given; null clears retry, handler and timezone.",
         examples=example("disable and clear the retry policy", {"enabled": False, "retry": None}),
     )
@@ -200,7 +207,7 @@ class TaskViewSet(SchedulerViewSet):
         task = scheduler.update_task(self.task_id(), **serializer.validated_data)
         return Response(TaskSerializer(task).data)
 
-    @document(responses={204: None, **_errors(404)})
+    @document(responses={204: None, **_errors(404), 409: DECLARED})
     def destroy(self, request: Request, pk: str) -> Response:
         scheduler.unregister(self.task_id())
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -90,3 +90,6 @@ class Command(BaseCommand):
             runner.run(once=options["once"], on_start=announce)
         except RunnerFailed as exc:
             raise CommandError(str(exc)) from None
+        except SchedulerError as exc:
+            # refresh_tasks() refused the declarations (a collision, E039): no retry can help.
+            raise CommandError(f"cannot start: {exc.code}: {exc.message}") from None

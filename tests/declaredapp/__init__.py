@@ -1,0 +1,1 @@
+"""An app whose jobs module declares a task with @job: installed only by tests.declared_settings."""
