@@ -206,12 +206,28 @@ def test_run_scheduler_once_on_a_database_never_migrated_exits_1_saying_run_migr
     assert "Traceback" not in done.stderr
 
 
-def test_scheduler_status_names_the_database_it_could_not_reach(tmp_path):
+@pytest.mark.parametrize(
+    ("settings", "named"), [(postgres, "postgresql database 'test'"), (mysql, "mysql database 'mysql'")]
+)
+def test_scheduler_status_names_the_database_it_could_not_reach(tmp_path, settings, named):
     port = closed_port()
-    unreachable = postgres(PORT=str(port), PASSWORD=PASSWORD)
+    unreachable = settings(PORT=str(port), PASSWORD=PASSWORD)
     env = write_settings(tmp_path, {"default": unreachable, "logs": unreachable})
     done = manage(env, "scheduler_status")
     assert done.returncode == 1
-    assert f"cannot connect to postgresql database 'test' at 127.0.0.1:{port}" in done.stderr
+    assert f"cannot connect to {named} at 127.0.0.1:{port}" in done.stderr
     assert "connection refused" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert PASSWORD not in done.stderr + done.stdout
+
+
+def test_run_scheduler_once_on_an_unreachable_mysql_exits_1_naming_it(tmp_path):
+    """The start-up system checks read no database (Django 6.1 would ask MySQL for its version)."""
+    port = closed_port()
+    unreachable = mysql(PORT=str(port), PASSWORD=PASSWORD)
+    env = write_settings(tmp_path, {"default": unreachable, "logs": unreachable})
+    done = manage(env, "run_scheduler", "--once")
+    assert done.returncode == 1
+    assert f"cannot start: cannot connect to mysql database 'mysql' at 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
     assert PASSWORD not in done.stderr + done.stdout

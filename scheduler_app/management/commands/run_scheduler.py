@@ -9,13 +9,14 @@ import signal
 from types import FrameType
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import router
 
 from scheduler_app import __version__
 from scheduler_app.checks import check_javascript_tasks
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import SchedulerError
+from scheduler_app.management.base import OfflineChecksCommand
 from scheduler_app.models import Task
 from scheduler_app.runner.loop import RunnerFailed, SchedulerLoop
 from scheduler_app.services import validate_declared_tasks
@@ -37,7 +38,7 @@ def positive_float(value: str) -> float:
     return number
 
 
-class Command(BaseCommand):
+class Command(OfflineChecksCommand):
     help = "Run the scheduler loop: create, claim and run task executions."
 
     def get_version(self) -> str:

@@ -6,16 +6,17 @@ import argparse
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import DatabaseError
 
 from scheduler_app import database_errors
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.db import probe
+from scheduler_app.management.base import OfflineChecksCommand
 from scheduler_app.models import Runner
 
 
-class Command(BaseCommand):
+class Command(OfflineChecksCommand):
     help = "List runners and fail when no runner (or the given one) has been seen within one lease."
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

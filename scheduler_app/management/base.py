@@ -1,0 +1,38 @@
+"""What the app's management commands share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.apps import AppConfig
+from django.core import checks
+from django.core.management.base import BaseCommand
+
+
+class OfflineChecksCommand(BaseCommand):
+    """A command whose start-up system checks read no database, on every Django version.
+
+    Django 6.1 gives the checks every database alias when a command names none (the 6.1
+    release notes, "System checks"); the model checks then ask MySQL/MariaDB for its version,
+    so an unreachable server fails the checks with the driver's traceback before ``handle()``
+    can name the cause (and run_scheduler can wait for the database). An empty list keeps
+    Django 5.2's behaviour there: the static checks run, the database ones do not.
+    """
+
+    def check(
+        self,
+        app_configs: Sequence[AppConfig] | None = None,
+        tags: Sequence[str] | None = None,
+        display_num_errors: bool = False,
+        include_deployment_checks: bool = False,
+        fail_level: int = checks.ERROR,
+        databases: Sequence[str] | None = None,
+    ) -> None:
+        super().check(
+            app_configs=app_configs,
+            tags=tags,
+            display_num_errors=display_num_errors,
+            include_deployment_checks=include_deployment_checks,
+            fail_level=fail_level,
+            databases=[] if databases is None else databases,
+        )
