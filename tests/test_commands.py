@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
 from datetime import timedelta
 from io import StringIO
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -21,6 +25,8 @@ from scheduler_app.models import Runner as RunnerRecord
 from scheduler_app.runner.loop import SchedulerLoop
 from tests.factories import definition
 from tests.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,6 +76,43 @@ def test_run_scheduler_once_fails_with_the_cause_when_its_tick_cannot_reach_the_
         call_command("run_scheduler", "--once", "--verbosity", "0")
     assert str(failed.value).startswith("the connection to ")
     assert str(failed.value).endswith(" was lost")
+
+
+# The signal comes while the main thread holds the lock of the Event the loop waits on, as when
+# Event.wait() re-acquires it on waking (threading.Event keeps it in _cond, a CPython detail).
+# raise_signal() runs the Python handler before it returns, so the moment is exact.
+SIGNAL_WHILE_WAKE_IS_HELD = """
+import signal
+import django
+
+django.setup()
+from django.core.management import call_command
+from scheduler_app.runner.loop import SchedulerLoop
+
+
+def run(self, *, once=False, on_start=None):
+    with self._wake._cond:
+        signal.raise_signal(signal.SIGTERM)
+    print("shut down" if self._stopping.wait(10) else "not shut down", flush=True)
+
+
+SchedulerLoop.run = run
+call_command("run_scheduler", "--node-id", "signalled")
+print("returned", flush=True)
+"""
+
+
+def test_a_signal_while_the_loop_holds_its_wake_lock_shuts_it_down():
+    """The handler takes no lock: shutdown() runs in a thread of its own (it used to wait forever)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_WHILE_WAKE_IS_HELD],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "tests.settings"},
+    )
+    assert (done.returncode, done.stdout.split()) == (0, ["shut", "down", "returned"]), done.stderr
 
 
 def test_run_scheduler_version_is_the_apps(capsys):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
+import threading
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -67,17 +70,6 @@ class Command(OfflineChecksCommand):
             tick_interval=options["tick_interval"],
             lease_seconds=options["lease"],
         )
-        signals_seen = 0
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            nonlocal signals_seen
-            signals_seen += 1
-            if signals_seen > 1:
-                os._exit(1)
-            runner.shutdown("shutdown")
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
 
         def announce() -> None:
             # The runner logs the line at INFO; printed too where that log is not shown.
@@ -87,10 +79,50 @@ class Command(OfflineChecksCommand):
             for problem in check_javascript_tasks(databases=[router.db_for_read(Task)]):
                 logger.warning("%s: %s %s", problem.id, problem.msg, problem.hint)
 
-        try:
-            runner.run(once=options["once"], on_start=announce)
-        except RunnerFailed as exc:
-            raise CommandError(str(exc)) from None
-        except SchedulerError as exc:
-            # refresh_tasks() refused the declarations (a collision, E039): no retry can help.
-            raise CommandError(f"cannot start: {exc.code}: {exc.message}") from None
+        with shut_down_on_signals(runner):
+            try:
+                runner.run(once=options["once"], on_start=announce)
+            except RunnerFailed as exc:
+                raise CommandError(str(exc)) from None
+            except SchedulerError as exc:
+                # refresh_tasks() refused the declarations (a collision, E039): no retry can help.
+                raise CommandError(f"cannot start: {exc.code}: {exc.message}") from None
+
+
+@contextlib.contextmanager
+def shut_down_on_signals(runner: SchedulerLoop) -> Iterator[None]:
+    """SIGTERM or SIGINT shuts ``runner`` down; a second one exits at once, with status 1.
+
+    A Python signal handler runs in the main thread between two of its bytecodes, possibly
+    while that thread holds a lock that shutdown() takes: Event.wait() re-acquires its
+    Condition's lock when it wakes, and shutdown() sets that very Event. Called from the
+    handler, shutdown() would wait for its own thread forever (the signal module's docs warn
+    against locks in handlers). So the handler only writes a byte to a pipe, which takes no
+    lock, and a thread of its own reads it and calls shutdown().
+    """
+    readable, writable = os.pipe()
+    signals_seen = 0
+
+    def relay() -> None:
+        if os.read(readable, 1):  # b"" is the end of file: the command is ending
+            runner.shutdown("shutdown")
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen > 1:
+            os._exit(1)
+        os.write(writable, b"\0")
+
+    relaying = threading.Thread(target=relay, name="scheduler-signals", daemon=True)
+    relaying.start()
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            # None: the handler was not set from Python; the default is what it was.
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        os.close(writable)
+        relaying.join()
+        os.close(readable)
