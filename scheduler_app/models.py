@@ -177,6 +177,8 @@ class Execution(models.Model):
     stop_requested = models.BooleanField(default=False)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
+    # What a handler started outside this row, such as a django_task's result id; "" when nothing.
+    handler_ref = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

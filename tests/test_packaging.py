@@ -39,6 +39,7 @@ LOCAL_AT_TOP = {
     ".mypy_cache",
     ".pytest_cache",
     ".ruff_cache",
+    ".nox",
 }
 LOCAL_ANYWHERE = ("__pycache__", "*.egg-info", "*.sqlite3", "*.sqlite3-*", "*.py[cod]")
 
@@ -189,7 +190,14 @@ def test_the_metadata_names_the_license_the_project_urls_and_the_author(built):
 
 def test_mini_racer_is_required_only_by_the_js_extra_and_the_extras_are_all_for_users(built):
     metadata = built.metadata()
-    assert sorted(metadata.get_all("Provides-Extra")) == ["js", "mysql", "openapi", "postgres", "redis"]
+    assert sorted(metadata.get_all("Provides-Extra")) == [
+        "js",
+        "mysql",
+        "openapi",
+        "postgres",
+        "redis",
+        "tasks",
+    ]
     requirements = [Requirement(line) for line in metadata.get_all("Requires-Dist")]
     mini_racer = [requirement for requirement in requirements if requirement.name == "mini-racer"]
     assert [str(requirement.marker) for requirement in mini_racer] == ['extra == "js"']

@@ -15,6 +15,7 @@ logger = logging.getLogger("scheduler_app")
 
 BUILTIN: dict[str, str] = {
     "api": "scheduler_app.handlers.http.HttpHandler",
+    "django_task": "scheduler_app.handlers.django_task.DjangoTaskHandler",
     "js": "scheduler_app.handlers.javascript.JavaScriptHandler",
     "python": "scheduler_app.handlers.python.PythonHandler",
 }

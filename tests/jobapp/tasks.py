@@ -1,0 +1,47 @@
+"""Django tasks (the django-tasks backport on Django 5.2) that django_task handlers of the tests name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from django.tasks import task
+    from django.tasks.backends.dummy import DummyBackend
+except ImportError:
+    import django_tasks.signals  # noqa: F401  resets the backends when a test overrides TASKS
+    from django_tasks import task
+    from django_tasks.backends.dummy import DummyBackend
+
+CALLS: list[dict[str, Any]] = []
+
+
+class StoredBackend(DummyBackend):
+    """A dummy backend whose results every thread shares and can read back: a queue no worker serves."""
+
+    supports_get_result = True
+    shared: list[Any] = []
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.results = StoredBackend.shared
+
+
+@task()
+def add(a: int, b: int) -> dict[str, int]:
+    CALLS.append({"a": a, "b": b})
+    return {"sum": a + b}
+
+
+@task()
+def broken(**params: Any) -> None:
+    CALLS.append(params)
+    raise ValueError("the report is broken")
+
+
+@task()
+def report(scheduler_occurrence: dict[str, Any], **params: Any) -> dict[str, Any]:
+    CALLS.append(params)
+    return {"occurrence": scheduler_occurrence, "params": params}
+
+
+not_a_task = add.func

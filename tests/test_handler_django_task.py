@@ -1,0 +1,158 @@
+"""The django_task handler kind: enqueue a Django task per attempt, follow its result, never enqueue twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from scheduler_app import scheduler
+from scheduler_app.exceptions import InvalidDefinition
+from scheduler_app.models import Execution, Status
+from tests.factories import definition, inline_runner
+from tests.jobapp import tasks
+
+pytestmark = pytest.mark.django_db
+
+IMMEDIATE = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
+WITHOUT_RESULTS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
+STORED = {
+    "default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"},
+    "stored": {"BACKEND": "tests.jobapp.tasks.StoredBackend"},
+}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_calls():
+    tasks.CALLS.clear()
+    tasks.StoredBackend.shared.clear()
+
+
+def django_task(path: str, **options: object) -> dict[str, object]:
+    return {"kind": "django_task", "task": path, **options}
+
+
+def run_once(clock, task_id: str = "report", **trigger: object) -> Execution:
+    execution = scheduler.trigger(task_id, **trigger)
+    inline_runner(clock).tick()
+    return Execution.objects.get(sequence=execution.sequence)
+
+
+@override_settings(TASKS=IMMEDIATE)
+def test_the_task_runs_with_the_params_as_keyword_arguments_and_its_return_value_is_the_result(clock):
+    scheduler.register(
+        definition(cron="0 0 1 1 *", handler=django_task("tests.jobapp.tasks.add"), params={"a": 2})
+    )
+    execution = run_once(clock, params={"b": 3})
+    assert (execution.status, execution.result) == (Status.SUCCESS, {"sum": 5})
+    assert tasks.CALLS == [{"a": 2, "b": 3}]
+    assert execution.handler_ref
+
+
+@override_settings(TASKS=IMMEDIATE)
+def test_a_task_that_accepts_scheduler_occurrence_receives_the_occurrence_identity(clock):
+    scheduler.register(definition(cron="0 0 1 1 *", handler=django_task("tests.jobapp.tasks.report")))
+    execution = run_once(clock, params={"month": "may"})
+    assert execution.status == Status.SUCCESS
+    assert execution.result == {
+        "occurrence": {
+            "occurrence_id": str(execution.occurrence_id),
+            "sequence": execution.sequence,
+            "attempt": 1,
+        },
+        "params": {"month": "may"},
+    }
+
+
+@override_settings(TASKS=IMMEDIATE)
+def test_a_failing_task_fails_the_attempt_with_036_and_the_retry_policy_enqueues_it_again(clock):
+    scheduler.register(
+        definition(
+            cron="0 0 1 1 *",
+            handler=django_task("tests.jobapp.tasks.broken"),
+            retry={"max_attempts": 2, "backoff": [5]},
+        )
+    )
+    execution = run_once(clock)
+    assert (execution.status, execution.attempt) == (Status.PENDING, 1)
+    assert execution.error["code"] == "scheduler:036"
+    assert "ValueError: the report is broken" in execution.error["message"]
+    clock.advance(5)
+    inline_runner(clock, node_id="node-b").tick()
+    execution.refresh_from_db()
+    assert (execution.status, execution.attempt) == (Status.FAILED, 2)
+    assert len(tasks.CALLS) == 2
+
+
+@override_settings(TASKS=WITHOUT_RESULTS)
+def test_a_backend_without_get_result_ends_the_attempt_success_at_the_enqueue(clock):
+    scheduler.register(definition(cron="0 0 1 1 *", handler=django_task("tests.jobapp.tasks.add", timeout=2)))
+    execution = run_once(clock, params={"a": 1, "b": 1})
+    assert execution.status == Status.SUCCESS
+    assert execution.result == {"enqueued": execution.handler_ref, "followed": False}
+    assert tasks.CALLS == []
+
+
+@override_settings(TASKS=STORED)
+def test_a_stored_result_id_is_followed_instead_of_enqueueing_again(clock):
+    """A previous attempt enqueued the task and stored its id, then its runner died."""
+    from django_tasks.base import TaskResultStatus
+
+    handler = django_task("tests.jobapp.tasks.add", backend="stored", timeout=2)
+    scheduler.register(definition(cron="0 0 1 1 *", handler=handler))
+    previous = tasks.add.using(backend="stored").enqueue(a=1, b=2)
+    (stored,) = tasks.StoredBackend.shared
+    object.__setattr__(stored, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(stored, "_return_value", {"sum": 3})
+    execution = scheduler.trigger("report")
+    Execution.objects.filter(sequence=execution.sequence).update(handler_ref=previous.id)
+    inline_runner(clock).tick()
+    execution.refresh_from_db()
+    assert (execution.status, execution.result) == (Status.SUCCESS, {"sum": 3})
+    assert len(tasks.StoredBackend.shared) == 1
+
+
+@override_settings(TASKS=STORED)
+def test_a_task_that_does_not_finish_in_time_fails_with_037_and_keeps_its_result_id(clock):
+    handler = django_task("tests.jobapp.tasks.add", backend="stored", timeout=0.2)
+    scheduler.register(definition(cron="0 0 1 1 *", handler=handler))
+    execution = run_once(clock, params={"a": 1, "b": 2})
+    assert execution.status == Status.FAILED
+    assert execution.error["code"] == "scheduler:037"
+    (queued,) = tasks.StoredBackend.shared
+    assert execution.handler_ref == queued.id
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("os.system", "not in an installed app's module"),
+        ("subprocess.run", "not in an installed app's module"),
+        ("tests.jobapp.tasks.not_a_task", "is not a task"),
+        ("tests.jobapp.tasks.missing", "is not a task"),
+        ("tests.jobapp.nowhere.add", "cannot be imported"),
+        ("tests.jobapp.tasks.add()", "dotted path"),
+        ("", "dotted path"),
+    ],
+)
+def test_a_path_that_is_not_a_task_of_an_installed_app_is_refused_with_a_field_error(path: str, says: str):
+    with pytest.raises(InvalidDefinition) as caught:
+        scheduler.register(definition(handler=django_task(path)))
+    assert caught.value.code == "scheduler:012"
+    assert says in " ".join(caught.value.errors["handler.task"])
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"priority": 1000}, "priority"),
+        ({"timeout": 0}, "timeout"),
+        ({"queue_name": ""}, "queue_name"),
+        ({"x": 1}, ""),
+    ],
+)
+def test_invalid_options_are_field_errors(options: dict[str, Any], field: str):
+    with pytest.raises(InvalidDefinition) as caught:
+        scheduler.register(definition(handler=django_task("tests.jobapp.tasks.add", **options)))
+    assert f"handler.{field}".rstrip(".") in caught.value.errors
