@@ -65,33 +65,29 @@ def cause_of(exc: BaseException) -> str:
     return "other"
 
 
+# What an operator reads for each cause: {where} is the database, {user} its USER, {sqlite} the fix.
+MESSAGES = {
+    "missing_tables": "the scheduler's tables do not exist in {where}: run `manage.py migrate`",
+    "old_schema": "the scheduler's tables in {where} are older than this version: run `manage.py migrate`",
+    "locked": "{where} is locked by another connection: {sqlite}",
+    "cannot_open": "{where} cannot be opened: check that its file and folder exist and are writable",
+    "refused": "cannot connect to {where}: connection refused (is the server running on that host and port?)",
+    "unknown_host": "cannot connect to {where}: the host name does not resolve",
+    "access_denied": "{where} refused the credentials of user {user!r}: check USER and PASSWORD",
+    "unknown_role": "{where} has no user {user!r}: check USER",
+    "unknown_database": "{where} does not exist: create it or check NAME",
+    "timeout": "cannot connect to {where}: the connection timed out",
+    "lost": "the connection to {where} was lost",
+}
+
+
 def describe(exc: BaseException, using: str = DEFAULT_DB_ALIAS) -> str:
     """One line for an operator: what failed on which database, and what to do; no driver text."""
     where = location(using)
-    cause = cause_of(exc)
-    if cause == "missing_tables":
-        return f"the scheduler's tables do not exist in {where}: run `manage.py migrate`"
-    if cause == "old_schema":
-        return f"the scheduler's tables in {where} are older than this version: run `manage.py migrate`"
-    if cause == "locked":
-        return f"{where} is locked by another connection: {SQLITE_SETTINGS}"
-    if cause == "cannot_open":
-        return f"{where} cannot be opened: check that its file and folder exist and are writable"
-    if cause == "refused":
-        return f"cannot connect to {where}: connection refused (is the server running on that host and port?)"
-    if cause == "unknown_host":
-        return f"cannot connect to {where}: the host name does not resolve"
-    if cause == "access_denied":
-        return f"{where} refused the credentials of user {_setting(using, 'USER')!r}: check USER and PASSWORD"
-    if cause == "unknown_role":
-        return f"{where} has no user {_setting(using, 'USER')!r}: check USER"
-    if cause == "unknown_database":
-        return f"{where} does not exist: create it or check NAME"
-    if cause == "timeout":
-        return f"cannot connect to {where}: the connection timed out"
-    if cause == "lost":
-        return f"the connection to {where} was lost"
-    return f"{where} failed ({_kind(exc)})"
+    template = MESSAGES.get(cause_of(exc))
+    if template is None:
+        return f"{where} failed ({_kind(exc)})"
+    return template.format(where=where, user=_setting(using, "USER"), sqlite=SQLITE_SETTINGS)
 
 
 def location(using: str = DEFAULT_DB_ALIAS) -> str:

@@ -74,7 +74,10 @@ found = {}
 for alias in databases:
     if alias == "default":
         continue
-    statement = "INSERT INTO t VALUES (1)" if alias == "sqlite_locked" else "SELECT 1 FROM scheduler_app_task"
+    statement = {
+        "sqlite_locked": "INSERT INTO t VALUES (1)",
+        "sqlite_old_schema": "SELECT next_run_at FROM scheduler_app_task",
+    }.get(alias, "SELECT 1 FROM scheduler_app_task")
     try:
         with connections[alias].cursor() as cursor:
             cursor.execute(statement)
@@ -93,6 +96,8 @@ def port() -> int:
 def described(tmp_path_factory, port) -> dict[str, list[str]]:
     folder = tmp_path_factory.mktemp("database_errors")
     sqlite3.connect(folder / "empty.sqlite3").close()
+    with sqlite3.connect(folder / "old.sqlite3") as old:
+        old.execute("CREATE TABLE scheduler_app_task (id text)")  # as before a migration added columns
     databases = {
         "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(folder / "default.sqlite3")},
         "sqlite_missing_tables": {
@@ -104,6 +109,7 @@ def described(tmp_path_factory, port) -> dict[str, list[str]]:
             "NAME": str(folder / "locked.sqlite3"),
             "OPTIONS": {"timeout": 0.1},
         },
+        "sqlite_old_schema": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(folder / "old.sqlite3")},
         "sqlite_cannot_open": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(folder / "no-such-folder" / "db.sqlite3"),
@@ -135,6 +141,7 @@ def described(tmp_path_factory, port) -> dict[str, list[str]]:
     [
         ("sqlite_missing_tables", "missing_tables", "tables do not exist in SQLite database"),
         ("sqlite_locked", "locked", "'transaction_mode': 'IMMEDIATE'"),
+        ("sqlite_old_schema", "old_schema", "are older than this version: run `manage.py migrate`"),
         ("sqlite_cannot_open", "cannot_open", "cannot be opened"),
         ("postgres_refused", "refused", "connection refused"),
         ("postgres_unknown_database", "unknown_database", "'no_such_database_here' at"),
