@@ -24,9 +24,15 @@ MYSQL_CAUSES = {
     2005: "unknown_host",
     2006: "lost",
     2013: "lost",
+    1213: "deadlock",
 }
 # PostgreSQL SQLSTATEs, and libpq's connection messages (which carry no SQLSTATE).
-POSTGRES_CODES = {"42P01": "missing_tables", "42703": "old_schema", "3D000": "unknown_database"}
+POSTGRES_CODES = {
+    "42P01": "missing_tables",
+    "42703": "old_schema",
+    "3D000": "unknown_database",
+    "40P01": "deadlock",
+}
 TEXT_CAUSES = (
     ("no such table", "missing_tables"),
     ("no such column", "old_schema"),
@@ -52,11 +58,10 @@ TEXT_CAUSES = (
 def cause_of(exc: BaseException) -> str:
     """A stable name for why ``exc`` happened: missing_tables, refused, locked, ... or "other"."""
     for error in _chain(exc):
-        args = getattr(error, "args", ())
-        if args and isinstance(args[0], int) and args[0] in MYSQL_CAUSES:
-            return MYSQL_CAUSES[args[0]]
-        code = getattr(error, "sqlstate", None)
-        if code in POSTGRES_CODES:
+        code = code_of(error)
+        if isinstance(code, int) and code in MYSQL_CAUSES:
+            return MYSQL_CAUSES[code]
+        if isinstance(code, str) and code in POSTGRES_CODES:
             return POSTGRES_CODES[code]
     text = " ".join(str(error) for error in _chain(exc)).lower()
     for fragment, cause in TEXT_CAUSES:
@@ -114,12 +119,18 @@ def _kind(exc: BaseException) -> str:
     """The error's class names (Django's, then the driver's) and its code, never its message."""
     names = []
     for error in _chain(exc):
-        code = getattr(error, "sqlstate", None)
-        args = getattr(error, "args", ())
-        if code is None and args and isinstance(args[0], int):
-            code = args[0]
+        code = code_of(error)
         names.append(type(error).__name__ + (f" {code}" if code is not None else ""))
     return ", ".join(dict.fromkeys(names))
+
+
+def code_of(error: BaseException) -> str | int | None:
+    """One error's code: PostgreSQL's SQLSTATE, or MySQL's error number; None for others."""
+    sqlstate = getattr(error, "sqlstate", None)
+    if isinstance(sqlstate, str):
+        return sqlstate
+    args = getattr(error, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

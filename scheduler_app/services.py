@@ -20,7 +20,7 @@ from django.db import DatabaseError, IntegrityError, OperationalError, transacti
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduler_app import cron, declarations, definitions, journal, logs, wakeup
+from scheduler_app import cron, database_errors, declarations, definitions, journal, logs, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import (
     Conflict,
@@ -407,8 +407,6 @@ SCHEDULE_FIELDS = frozenset({"cron", "timezone", "enabled"})
 CODE_OWNED = frozenset(definitions.MODEL_FIELDS) - {"enabled"}
 # A sync that lost an insert race sees the winner's row on its next try.
 SYNC_ATTEMPTS = 3
-# Deadlocks: MySQL/MariaDB 1213 (its gap locks on rows not yet inserted); PostgreSQL 40P01.
-DEADLOCK_CODES = (1213, "40P01")
 
 
 def _declared(tasks: Any) -> list[tuple[dict[str, Any], str]]:
@@ -480,13 +478,9 @@ def registered_by_hand(task: Task) -> bool:
 
 
 def _lost_race(exc: DatabaseError) -> bool:
-    if isinstance(exc, IntegrityError):
-        return True
-    cause = exc.__cause__
-    code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    if code is None and cause is not None and cause.args:
-        code = cause.args[0]
-    return code in DEADLOCK_CODES
+    """A sync that lost to another runner's: a unique violation, or a deadlock (MariaDB's gap locks
+    on rows not inserted yet)."""
+    return isinstance(exc, IntegrityError) or database_errors.cause_of(exc) == "deadlock"
 
 
 def _where(task: Task) -> str:
