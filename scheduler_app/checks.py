@@ -5,6 +5,7 @@ Each condition has its own id in CHECKS; docs/operations.md lists them all.
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import re
 from collections.abc import Callable, Iterator
@@ -195,6 +196,16 @@ CHECKS: dict[str, Check] = {
         "Two functions are registered under the name {name!r}: {paths}.",
         "Give each @job and each FUNCTIONS entry a name of its own.",
     ),
+    "scheduler_app.E041": Check(
+        Error,
+        "SCHEDULER_APP['TASK_MODULES'] must be a list of module names.",
+        'Give dotted module names, such as ["reports.tasks"], for tasks outside the installed apps.',
+    ),
+    "scheduler_app.E042": Check(
+        Error,
+        "SCHEDULER_APP['TASK_MODULES'] holds {module!r}, which cannot be imported ({error}).",
+        "Give the dotted name of a module on the Python path, such as reports.tasks.",
+    ),
     "scheduler_app.W001": Check(
         Warning,
         "SCHEDULER_APP['REDIS_URL'] is not a redis://, rediss:// or unix:// URL; wake-ups will fail.",
@@ -310,6 +321,7 @@ def _problems(user: dict[str, Any]) -> Iterator[Problem]:
     yield from _network_problems()
     yield from _hook_problems()
     yield from _path_problems()
+    yield from _task_module_problems()
     yield from _task_problems()
     yield from _permission_problems()
     yield from _timing_problems()
@@ -415,6 +427,18 @@ def _path_problems() -> Iterator[Problem]:
             error = _import_error(path)
             if error is not None:
                 yield check_id, {"name": name, "path": path, "error": error}
+
+
+def _task_module_problems() -> Iterator[Problem]:
+    modules = scheduler_settings.TASK_MODULES
+    if not isinstance(modules, (list, tuple)) or not all(isinstance(name, str) and name for name in modules):
+        yield "scheduler_app.E041", {}
+        return
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            yield "scheduler_app.E042", {"module": module, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
 
 
 def _import(path: Any) -> Any:

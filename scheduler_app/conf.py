@@ -32,6 +32,8 @@ DEFAULTS: dict[str, Any] = {
     "HOOK_TIMEOUT": 3600,
     # Python functions run by the python handler kind: name -> dotted path (beside @job).
     "FUNCTIONS": {},
+    # Modules outside the installed apps whose tasks django_task handlers may name (and their submodules).
+    "TASK_MODULES": [],
     "HANDLERS": {},
     "TASKS": [],
     # Dotted paths of the REST API's DRF permission classes; None: staff with model permissions.

@@ -1,5 +1,6 @@
 """Settings for the test suite; SCHEDULER_TEST_DB picks sqlite (default), postgres or mysql."""
 
+import importlib.util
 import os
 import tempfile
 from typing import Any
@@ -22,6 +23,12 @@ INSTALLED_APPS = [
     # Its jobs module registers @job functions, found by autodiscovery.
     "tests.jobapp",
 ]
+if importlib.util.find_spec("django_tasks_db"):
+    # The database backend of Django's tasks: its tables, for the db_worker tests (tests/system).
+    INSTALLED_APPS.append("django_tasks_db")
+if os.environ.get("SCHEDULER_TASKS_BACKEND") == "database":
+    # Processes of the db_worker tests: runners enqueue in the database, a db_worker process runs them.
+    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default"]}}
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -71,6 +71,9 @@ TRIGGERS = [
     ("scheduler_app.E037", {"FUNCTIONS": {"gone": "tests.nowhere.function"}}),
     # tests.jobapp.jobs registers a different function as "echo" with @job.
     ("scheduler_app.E038", {"FUNCTIONS": {"echo": "tests.hooks.on_task_execute"}}),
+    ("scheduler_app.E041", {"TASK_MODULES": "tests.outside_tasks"}),
+    ("scheduler_app.E041", {"TASK_MODULES": [""]}),
+    ("scheduler_app.E042", {"TASK_MODULES": ["tests.nowhere"]}),
 ]
 # Conditions of Django's own settings: (id, SCHEDULER_APP, the Django settings that trigger it).
 DJANGO_TRIGGERS = [

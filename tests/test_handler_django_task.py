@@ -5,20 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test import override_settings
 
 from scheduler_app import scheduler
 from scheduler_app.exceptions import InvalidDefinition
-from scheduler_app.models import Execution, Status
-from tests.factories import definition, inline_runner
+from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status
+from tests.factories import definition, expire_lease, inline_runner
 from tests.jobapp import tasks
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 
-IMMEDIATE = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
-WITHOUT_RESULTS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
+# Django 6's own backends there, the backport's on Django 5.2.
+IMMEDIATE = {"default": {"BACKEND": f"{tasks.FRAMEWORK}.backends.immediate.ImmediateBackend"}}
+WITHOUT_RESULTS = {"default": {"BACKEND": f"{tasks.FRAMEWORK}.backends.dummy.DummyBackend"}}
 STORED = {
-    "default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"},
+    "default": {"BACKEND": f"{tasks.FRAMEWORK}.backends.immediate.ImmediateBackend"},
     "stored": {"BACKEND": "tests.jobapp.tasks.StoredBackend"},
 }
 
@@ -97,14 +100,10 @@ def test_a_backend_without_get_result_ends_the_attempt_success_at_the_enqueue(cl
 @override_settings(TASKS=STORED)
 def test_a_stored_result_id_is_followed_instead_of_enqueueing_again(clock):
     """A previous attempt enqueued the task and stored its id, then its runner died."""
-    from django_tasks.base import TaskResultStatus
-
     handler = django_task("tests.jobapp.tasks.add", backend="stored", timeout=2)
     scheduler.register(definition(cron="0 0 1 1 *", handler=handler))
     previous = tasks.add.using(backend="stored").enqueue(a=1, b=2)
-    (stored,) = tasks.StoredBackend.shared
-    object.__setattr__(stored, "status", TaskResultStatus.SUCCESSFUL)
-    object.__setattr__(stored, "_return_value", {"sum": 3})
+    finish_stored(previous.id, {"sum": 3})
     execution = scheduler.trigger("report")
     Execution.objects.filter(sequence=execution.sequence).update(handler_ref=previous.id)
     inline_runner(clock).tick()
@@ -127,8 +126,9 @@ def test_a_task_that_does_not_finish_in_time_fails_with_037_and_keeps_its_result
 @pytest.mark.parametrize(
     ("path", "says"),
     [
-        ("os.system", "not in an installed app's module"),
-        ("subprocess.run", "not in an installed app's module"),
+        ("os.system", "not in a module of an installed app or of TASK_MODULES"),
+        ("subprocess.run", "not in a module of an installed app or of TASK_MODULES"),
+        ("tests.outside_tasks.double", "not in a module of an installed app or of TASK_MODULES"),
         ("tests.jobapp.tasks.not_a_task", "is not a task"),
         ("tests.jobapp.tasks.missing", "is not a task"),
         ("tests.jobapp.nowhere.add", "cannot be imported"),
@@ -156,3 +156,77 @@ def test_invalid_options_are_field_errors(options: dict[str, Any], field: str):
     with pytest.raises(InvalidDefinition) as caught:
         scheduler.register(definition(handler=django_task("tests.jobapp.tasks.add", **options)))
     assert f"handler.{field}".rstrip(".") in caught.value.errors
+
+
+def finish_stored(result_id: str, value: Any) -> None:
+    """The StoredBackend's result ``result_id`` ends SUCCESSFUL with ``value``, as a worker would leave it."""
+    (stored,) = [result for result in tasks.StoredBackend.shared if result.id == result_id]
+    object.__setattr__(stored, "status", "SUCCESSFUL")
+    object.__setattr__(stored, "_return_value", value)
+
+
+@override_settings(TASKS=STORED)
+def test_a_lease_lost_while_following_is_followed_again_as_the_same_attempt_even_when_not_idempotent(clock):
+    """The runner died after the enqueue: the task runs on in its backend, and its outcome is the occurrence's."""
+    handler = django_task("tests.jobapp.tasks.add", backend="stored", timeout=600)
+    scheduler.register(definition(cron="0 0 1 1 *", handler=handler, idempotent=False))
+    execution = scheduler.trigger("report", params={"a": 1, "b": 2})
+    queued = tasks.add.using(backend="stored").enqueue(a=1, b=2)
+    claim = expire_lease(clock)  # the dead node had enqueued and stored the id
+    Execution.objects.filter(sequence=claim.execution.sequence).update(handler_ref=queued.id)
+    finish_stored(queued.id, {"sum": 3})
+
+    runner = inline_runner(clock, node_id="node-b")
+    runner.tick()
+    runner.tick()
+    execution.refresh_from_db()
+    assert (execution.status, execution.attempt, execution.result) == (Status.SUCCESS, 1, {"sum": 3})
+    assert len(tasks.StoredBackend.shared) == 1
+    reasons = list(
+        ExecutionEvent.objects.filter(execution_id=execution.sequence).values_list("reason", flat=True)
+    )
+    assert "lease expired while following an enqueued task; will follow it" in reasons
+    logs = ExecutionLog.objects.filter(occurrence_id=execution.occurrence_id)
+    assert [(log.attempt, log.status) for log in logs] == [(1, Status.SUCCESS)]
+
+
+@override_settings(TASKS=STORED)
+def test_a_lease_lost_before_the_result_id_was_stored_leaves_a_non_idempotent_occurrence_unknown(clock):
+    handler = django_task("tests.jobapp.tasks.add", backend="stored", timeout=600)
+    scheduler.register(definition(cron="0 0 1 1 *", handler=handler, idempotent=False))
+    execution = scheduler.trigger("report", params={"a": 1, "b": 2})
+    expire_lease(clock)
+    inline_runner(clock, node_id="node-b").tick()
+    execution.refresh_from_db()
+    assert execution.status == Status.UNKNOWN
+    assert tasks.StoredBackend.shared == []
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(TASKS=STORED)
+def test_a_runner_shut_down_while_following_releases_the_attempt_and_the_next_claim_follows_it(running):
+    handler = django_task("tests.jobapp.tasks.add", backend="stored", timeout=600)
+    scheduler.register(definition(cron="0 0 1 1 *", handler=handler))
+    execution = scheduler.trigger("report", params={"a": 2, "b": 2})
+    first = running()
+    stored = wait_for(lambda: Execution.objects.get(sequence=execution.sequence).handler_ref)
+    first.shutdown()
+    wait_for(lambda: Execution.objects.get(sequence=execution.sequence).status == Status.PENDING)
+    execution.refresh_from_db()
+    assert (execution.attempt, execution.handler_ref, execution.owner) == (0, stored, "")
+
+    finish_stored(stored, {"sum": 4})
+    running()
+    wait_for(lambda: Execution.objects.get(sequence=execution.sequence).status == Status.SUCCESS)
+    execution.refresh_from_db()
+    assert (execution.attempt, execution.result) == (1, {"sum": 4})
+    assert len(tasks.StoredBackend.shared) == 1
+
+
+@override_settings(
+    TASKS=IMMEDIATE, SCHEDULER_APP={**settings.SCHEDULER_APP, "TASK_MODULES": ["tests.outside_tasks"]}
+)
+def test_task_modules_lets_a_handler_name_a_task_outside_the_installed_apps(clock):
+    scheduler.register(definition(cron="0 0 1 1 *", handler=django_task("tests.outside_tasks.double")))
+    execution = run_once(clock, params={"n": 21})
+    assert (execution.status, execution.result) == (Status.SUCCESS, 42)

@@ -20,6 +20,14 @@ class MissingHandler(Exception):
     """The task has nothing to run: the attempt ends interrupted, never retried."""
 
 
+class Resumable(Exception):
+    """Raised by a cancelled handler whose work goes on elsewhere (a task it enqueued and follows).
+
+    Cancelled by the runner's shutdown, the attempt goes back to pending without an outcome and the
+    next claim resumes it as the same attempt; any other cancellation ends it as usual.
+    """
+
+
 class Handler:
     """Runs one attempt. ``run`` returns a JSON-serialisable result or raises."""
 

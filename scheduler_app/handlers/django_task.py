@@ -18,7 +18,7 @@ from django.apps import apps
 
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.events import TaskEvent
-from scheduler_app.handlers.base import Handler, HandlerError
+from scheduler_app.handlers.base import Handler, HandlerError, Resumable
 from scheduler_app.models import Execution, Status
 from scheduler_app.values import is_number, short_text
 
@@ -38,40 +38,46 @@ TASK_TIMED_OUT = "scheduler:037"
 TASK_UNAVAILABLE = "scheduler:038"
 
 
-def tasks_framework() -> ModuleType | None:
-    """``django.tasks`` on Django 6, else the ``django_tasks`` backport; None when neither is installed."""
+def task_classes() -> tuple[type, ...]:
+    """The Task classes of ``django.tasks`` (Django 6) and of the ``django_tasks`` backport, where installed.
+
+    Both count: on Django 6 a backend of the backport makes ``django.tasks.task`` build the backport's Task.
+    """
+    classes = []
     for name in ("django.tasks", "django_tasks"):
         try:
             importlib.import_module(name)
-            return importlib.import_module(f"{name}.base")
+            module: ModuleType = importlib.import_module(f"{name}.base")
         except ImportError:
             continue
-    return None
+        classes.append(module.Task)
+    return tuple(classes)
 
 
 def allowed_module(module: str) -> bool:
-    """A module of an installed app or inside it: the only ones a config may import."""
-    return any(
-        module == config.name or module.startswith(config.name + ".") for config in apps.get_app_configs()
-    )
+    """A module of an installed app or of TASK_MODULES, or inside one: the only ones a config may import."""
+    listed = scheduler_settings.TASK_MODULES
+    roots = [config.name for config in apps.get_app_configs()]
+    roots += [name for name in listed if isinstance(name, str)] if isinstance(listed, (list, tuple)) else []
+    return any(module == root or module.startswith(root + ".") for root in roots)
 
 
 def find_task(path: str) -> Any:
     """The Task object at ``path``; ValueError saying why when there is none there."""
-    framework = tasks_framework()
-    if framework is None:
+    classes = task_classes()
+    if not classes:
         raise ValueError("Django's tasks framework is not installed: install django-scheduler-app[tasks].")
     module, _, name = path.rpartition(".")
     parts = path.split(".")
     if not module or not all(part.isidentifier() for part in parts):
         raise ValueError("Must be the dotted path of a task, such as myapp.tasks.send_report.")
     if not allowed_module(module):
-        raise ValueError(f"{short_text(path)} is not in an installed app's module.")
+        raise ValueError(f"{short_text(path)} is not in a module of an installed app or of TASK_MODULES.")
     try:
         target = getattr(importlib.import_module(module), name, None)
     except Exception as exc:
         raise ValueError(f"{short_text(module)} cannot be imported: {type(exc).__name__}.") from None
-    if not isinstance(target, framework.Task):
+    if not isinstance(target, classes):
         raise ValueError(f"{short_text(path)} is not a task: decorate its function with @task.")
     return target
 
@@ -171,7 +177,7 @@ class DjangoTaskHandler(Handler):
                     f"(status {result.status}); the next attempt follows it.",
                 )
             if event.cancelled.wait(min(POLL_SECONDS, remaining)):
-                return None
+                raise Resumable
             try:
                 result.refresh()
             except Exception as exc:

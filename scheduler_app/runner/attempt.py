@@ -15,7 +15,7 @@ from scheduler_app import journal, logs
 from scheduler_app.events import ExecutionContext, TaskEvent
 from scheduler_app.exceptions import TaskSkipped
 from scheduler_app.handlers import registry
-from scheduler_app.handlers.base import HandlerError, MissingHandler
+from scheduler_app.handlers.base import HandlerError, MissingHandler, Resumable
 from scheduler_app.handlers.hooks import call_hook, notify
 from scheduler_app.models import Status, Task
 from scheduler_app.runner import limits
@@ -27,6 +27,9 @@ from scheduler_app.storable import storable
 logger = logging.getLogger("scheduler_app")
 
 HOOK_FAILED = "scheduler:031"
+SHUTDOWN = "shutdown"
+# What call_handler returns for a handler that stopped at its cancellation with work going on elsewhere.
+RESUMABLE = Outcome(Status.PENDING, "resumable")
 
 
 @dataclass
@@ -117,6 +120,8 @@ def _call(event: TaskEvent, last_attempt: bool) -> tuple[Outcome, list[str]]:
     except MissingHandler as exc:
         error = {"reason": "missing handler", "message": str(exc)}
         return Outcome(Status.INTERRUPTED, "missing handler", error=error), secrets
+    except Resumable:
+        return RESUMABLE, secrets
     except HandlerError as exc:
         return Outcome(
             Status.FAILED, "failed", error={"code": exc.code, "message": exc.message[:1000]}
@@ -201,6 +206,9 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
             logger.warning("lease lost for %s; the attempt writes nothing more", execution.occurrence_id)
             return
         reason = attempt.cancel_reason
+        if outcome is not None and outcome.status == Status.PENDING and reason == SHUTDOWN:
+            _release_resumable(attempt, node, clock)
+            return
         if reason == limits.TIME_LIMIT and attempt.limit is not None:
             outcome = limits.timed_out(attempt.limit)
         else:
@@ -209,6 +217,23 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
     if finished and outcome.status == Status.SUCCESS and task.delete_after_run:
         # Matching the revision spares a definition updated while the attempt ran.
         Task.objects.filter(id=task.id, revision=task.revision).delete()
+
+
+def _release_resumable(attempt: Attempt, node: str, clock: Clock) -> None:
+    """running -> pending, the same attempt, for the next claim to resume (its work goes on elsewhere)."""
+    execution, token = attempt.claim.execution, attempt.claim.token
+    now = clock.now()
+    journal.transition(
+        execution.sequence,
+        Status.RUNNING,
+        Status.PENDING,
+        at=now,
+        token=token,
+        node=node,
+        attempt=execution.attempt,
+        reason="released at shutdown; the next claim follows the enqueued task",
+        fields={**journal.released(), "attempt": execution.attempt - 1, "due_at": now},
+    )
 
 
 def _finish(

@@ -100,7 +100,8 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
 
 
 def recover_expired(now: datetime, node: str, batch: int = 100) -> list[Ended]:
-    """Expired leases: never started -> pending; idempotent with attempts left -> pending; else unknown."""
+    """Expired leases: never started -> pending; following an enqueued task -> pending, the same attempt;
+    idempotent with attempts left -> pending; else unknown."""
     ended: list[Ended] = []
     with transaction.atomic():
         rows = list(
@@ -115,11 +116,20 @@ def recover_expired(now: datetime, node: str, batch: int = 100) -> list[Ended]:
         for row in rows:
             task = tasks.get(row.task_id)
             released = {**journal.released(), "updated_at": now}
-            if row.status == Status.RUNNING:
+            # A django_task attempt that stored its result id has no effect left to repeat: its task
+            # runs on in the tasks backend, and the next claim follows it as the same attempt.
+            following = row.status == Status.RUNNING and task is not None and bool(row.handler_ref)
+            if row.status == Status.RUNNING and not following:
                 released["log_persistence"] = LogPersistence.PENDING
             if row.status == Status.CLAIMED:
                 to_status, reason = Status.PENDING, "lease expired before the attempt started"
                 fields = {**released, "attempt": row.attempt - 1}
+            elif following:
+                to_status, reason = (
+                    Status.PENDING,
+                    "lease expired while following an enqueued task; will follow it",
+                )
+                fields = {**released, "attempt": row.attempt - 1, "due_at": now}
             elif task is not None and task.idempotent and row.attempt < row.max_attempts:
                 to_status, reason = Status.PENDING, "lease expired while running; idempotent, will run again"
                 fields = {**released, "due_at": now}
@@ -127,7 +137,9 @@ def recover_expired(now: datetime, node: str, batch: int = 100) -> list[Ended]:
                 to_status, reason = Status.UNKNOWN, "lease expired while running; outcome unknown"
                 fields = {**released, "finished_at": now}
             lease_error = (
-                {"reason": "lease expired", "message": reason} if row.status == Status.RUNNING else None
+                {"reason": "lease expired", "message": reason}
+                if row.status == Status.RUNNING and not following
+                else None
             )
             if to_status == Status.UNKNOWN:
                 fields["error"] = lease_error
@@ -148,7 +160,7 @@ def recover_expired(now: datetime, node: str, batch: int = 100) -> list[Ended]:
                     error=lease_error,
                 )
             )
-            if row.status == Status.RUNNING:
+            if row.status == Status.RUNNING and not following:
                 row.status, row.finished_at, row.error = to_status, now, lease_error
                 ended.append(Ended(row, task.name if task else row.task_id, Status.UNKNOWN))
         journal.append(events)

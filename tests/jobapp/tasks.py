@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 try:
     from django.tasks import task
     from django.tasks.backends.dummy import DummyBackend
+
+    FRAMEWORK = "django.tasks"
 except ImportError:
     import django_tasks.signals  # noqa: F401  resets the backends when a test overrides TASKS
     from django_tasks import task
     from django_tasks.backends.dummy import DummyBackend
+
+    FRAMEWORK = "django_tasks"
 
 CALLS: list[dict[str, Any]] = []
 
@@ -42,6 +48,15 @@ def broken(**params: Any) -> None:
 def report(scheduler_occurrence: dict[str, Any], **params: Any) -> dict[str, Any]:
     CALLS.append(params)
     return {"occurrence": scheduler_occurrence, "params": params}
+
+
+@task()
+def record(scheduler_occurrence: dict[str, Any], **params: Any) -> dict[str, Any]:
+    """Appends a line per run to SCHEDULER_SIDE_EFFECTS (the process tests count them) and says which process ran it."""
+    folder = Path(os.environ["SCHEDULER_SIDE_EFFECTS"])
+    with open(folder / f"task-{os.getpid()}.log", "a") as lines:
+        lines.write(f"task,{scheduler_occurrence['occurrence_id']},{scheduler_occurrence['attempt']}\n")
+    return {"params": params, "pid": os.getpid()}
 
 
 not_a_task = add.func

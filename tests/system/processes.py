@@ -15,21 +15,19 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class RunnerProcess:
-    """One `manage.py run_scheduler` process on the test database."""
+class CommandProcess:
+    """One management command process on the test database; what it writes to stderr is kept."""
 
-    def __init__(self, side_effects: Path, node_id: str, *args: str, lease: float = 300, **env: str) -> None:
-        self.node_id = node_id
+    def __init__(self, side_effects: Path, *command: str, **env: str) -> None:
         environment = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.settings",
             "PYTHONPATH": str(ROOT),
             "SCHEDULER_DB_NAME": connection.settings_dict["NAME"],
             "SCHEDULER_SIDE_EFFECTS": str(side_effects),
-            "SCHEDULER_LEASE": str(lease),
             **env,
         }
-        command = [sys.executable, "-m", "django", "run_scheduler", "--node-id", node_id, *args]
+        command = (sys.executable, "-m", "django", *command)
         self.process = subprocess.Popen(command, cwd=ROOT, env=environment, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
@@ -65,6 +63,16 @@ class RunnerProcess:
             self.process.kill()
         self.process.wait()
         self._reader.join(5)
+
+
+class RunnerProcess(CommandProcess):
+    """One `manage.py run_scheduler` process on the test database."""
+
+    def __init__(self, side_effects: Path, node_id: str, *args: str, lease: float = 300, **env: str) -> None:
+        self.node_id = node_id
+        super().__init__(
+            side_effects, "run_scheduler", "--node-id", node_id, *args, SCHEDULER_LEASE=str(lease), **env
+        )
 
 
 def side_effect_lines(folder: Path) -> list[str]:
