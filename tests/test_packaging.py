@@ -7,6 +7,7 @@ checkout's own ``build/`` and ``*.egg-info`` are never read or written.
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -209,3 +210,22 @@ def test_the_build_finds_every_package_it_ships_data_for(built):
     # setuptools warns "Package '...' is absent from the `packages` configuration" for folders
     # of package data that package discovery does not list.
     assert "absent from" not in built.output
+
+
+def matrix_of_the_noxfile() -> tuple[set[str], set[str]]:
+    """The Pythons and the Djangos noxfile.py tests, read from its PYTHONS and DJANGO."""
+    values = {}
+    for node in ast.parse((ROOT / "noxfile.py").read_text()).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id in ("PYTHONS", "DJANGO"):
+            values[target.id] = ast.literal_eval(node.value)
+    return set(values["PYTHONS"]), set(values["DJANGO"])
+
+
+def test_the_classifiers_name_exactly_the_pythons_and_djangos_the_matrix_tests(built):
+    pythons, djangos = matrix_of_the_noxfile()
+    classifiers = built.metadata().get_all("Classifier")
+    assert {
+        c.rsplit(" :: ", 1)[1] for c in classifiers if c.startswith("Programming Language :: Python :: 3.")
+    } == pythons
+    assert {c.rsplit(" :: ", 1)[1] for c in classifiers if c.startswith("Framework :: Django :: ")} == djangos
