@@ -61,4 +61,8 @@ def on_task_execute(event: TaskEvent) -> Any:
         raise RuntimeError(params.get("fail_message", "boom"))
     if params.get("skip"):
         raise TaskSkipped("skipped on purpose")
+    if params.get("resumable"):
+        from scheduler_app.handlers.base import Resumable
+
+        raise Resumable
     return params.get("result", {"ok": True, "attempt": event.context.attempt})

@@ -130,3 +130,13 @@ def test_a_broken_finish_hook_changes_nothing(clock, caplog):
     log = ExecutionLog.objects.get()
     assert (log.id, log.status, log.result, log.error) == (shown.id, "success", "r", None)
     assert (shown.status, shown.result) == ("success", "r")
+
+
+def test_a_handler_that_says_resumable_without_being_cancelled_fails_the_attempt(clock):
+    """Only a cancelled attempt can be released for a later claim; otherwise it is a handler's bug."""
+    scheduler.register(definition("resumable", cron="0 0 1 1 *"))
+    execution = scheduler.trigger("resumable", params={"resumable": True})
+    inline_runner(clock).tick()
+    execution.refresh_from_db()
+    assert (execution.status, execution.error["code"]) == ("failed", "scheduler:031")
+    assert execution.error["message"] == "The handler stopped as if cancelled, but was not."

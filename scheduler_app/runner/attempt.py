@@ -121,7 +121,13 @@ def _call(event: TaskEvent, last_attempt: bool) -> tuple[Outcome, list[str]]:
         error = {"reason": "missing handler", "message": str(exc)}
         return Outcome(Status.INTERRUPTED, "missing handler", error=error), secrets
     except Resumable:
-        return RESUMABLE, secrets
+        if event.cancelled.is_set():
+            return RESUMABLE, secrets
+        error = {
+            "code": HOOK_FAILED if config is None else EXECUTION_FAILED,
+            "message": "The handler stopped as if cancelled, but was not.",
+        }
+        return Outcome(Status.FAILED, "failed", error=error), secrets
     except HandlerError as exc:
         return Outcome(
             Status.FAILED, "failed", error={"code": exc.code, "message": exc.message[:1000]}
