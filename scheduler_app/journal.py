@@ -13,6 +13,11 @@ from scheduler_app.models import Execution, ExecutionEvent, LogPersistence, Stat
 
 # The lengths of ExecutionEvent.reason and .node: longer texts are cut, never refused.
 REASON_LENGTH = 500
+# running -> pending without an outcome: a django_task attempt whose enqueued task runs on, to be
+# followed by the next claim as the same attempt (no log row: the attempt has not ended).
+FOLLOW_AFTER_LEASE = "lease expired while following an enqueued task; will follow it"
+FOLLOW_AFTER_SHUTDOWN = "released at shutdown; the next claim follows the enqueued task"
+RESUMED = (FOLLOW_AFTER_LEASE, FOLLOW_AFTER_SHUTDOWN)
 NODE_LENGTH = 200
 
 
@@ -154,7 +159,8 @@ def interrupt_pending(
     A retry that waited counts as the attempt it prevents, so the failed
     attempt before it keeps its own log row.
     """
-    attempt = row.attempt + 1 if row.attempt else 0
+    # A released django_task attempt (handler_ref kept, counter restored) ran: it is the one that ends.
+    attempt = row.attempt + 1 if row.attempt or row.handler_ref else 0
     error = {"reason": reason.split(":", 1)[0], "message": reason}
     fields = {
         "finished_at": now,

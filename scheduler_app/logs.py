@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from django.db import DatabaseError, connections, transaction
 
+from scheduler_app import journal
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.models import (
     Execution,
@@ -60,6 +61,8 @@ def attempt_status(event: ExecutionEvent) -> str | None:
     ):
         return event.to_status
     if event.from_status == Status.RUNNING and event.to_status == Status.PENDING:
+        if event.reason in journal.RESUMED:
+            return None
         return Status.FAILED if event.error and event.reason.startswith("retry") else Status.UNKNOWN
     return None
 

@@ -11,7 +11,8 @@ from django.test import override_settings
 from scheduler_app import scheduler
 from scheduler_app.exceptions import InvalidDefinition
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status
-from tests.factories import definition, expire_lease, inline_runner
+from scheduler_app.runner import claims
+from tests.factories import T0, definition, expire_lease, inline_runner
 from tests.jobapp import tasks
 from tests.waiting import wait_for
 
@@ -30,6 +31,7 @@ STORED = {
 def _fresh_calls():
     tasks.CALLS.clear()
     tasks.StoredBackend.shared.clear()
+    tasks.StoredBackend.reads.clear()
 
 
 def django_task(path: str, **options: object) -> dict[str, object]:
@@ -230,3 +232,73 @@ def test_task_modules_lets_a_handler_name_a_task_outside_the_installed_apps(cloc
     scheduler.register(definition(cron="0 0 1 1 *", handler=django_task("tests.outside_tasks.double")))
     execution = run_once(clock, params={"n": 21})
     assert (execution.status, execution.result) == (Status.SUCCESS, 42)
+
+
+def released_after_a_crash(clock, *, timeout: float = 600, **task: Any) -> tuple[Execution, str]:
+    """A django_task attempt that enqueued its task, stored the id, and whose runner then died:
+    recovered (pending, the same attempt to follow) but not claimed yet."""
+    handler = django_task("tests.jobapp.tasks.add", backend="stored", timeout=timeout)
+    scheduler.register(definition(cron="* * * * *", handler=handler, **task))
+    execution = scheduler.trigger("report", params={"a": 1, "b": 2})
+    queued = tasks.add.using(backend="stored").enqueue(a=1, b=2)
+    claim = expire_lease(clock)
+    Execution.objects.filter(sequence=claim.execution.sequence).update(handler_ref=queued.id)
+    claims.recover_expired(clock.now(), "node-b")
+    execution.refresh_from_db()
+    assert (execution.status, execution.attempt) == (Status.PENDING, 0)
+    return execution, queued.id
+
+
+@override_settings(TASKS=STORED)
+def test_a_released_attempt_stopped_by_an_operator_ends_interrupted_as_the_attempt_that_ran(clock):
+    execution, _ = released_after_a_crash(clock, idempotent=False)
+    # Released, the attempt has not ended: the journal gives it no log row yet.
+    assert scheduler.executions.repair_log(execution.occurrence_id) == []
+    scheduler.executions.request_stop(execution.occurrence_id)
+    execution.refresh_from_db()
+    assert (execution.status, execution.attempt) == (Status.INTERRUPTED, 1)
+    logged = [
+        (log.attempt, log.status)
+        for log in ExecutionLog.objects.filter(occurrence_id=execution.occurrence_id)
+    ]
+    assert logged == [(1, Status.INTERRUPTED)]
+    repaired = scheduler.executions.repair_log(execution.occurrence_id)
+    assert [(log.attempt, log.status) for log in repaired] == [(1, Status.INTERRUPTED)]
+
+
+@override_settings(TASKS=STORED)
+def test_a_released_scheduled_attempt_is_followed_even_after_its_task_was_disabled(clock):
+    execution, stored = released_after_a_crash(clock)
+    Execution.objects.filter(sequence=execution.sequence).update(trigger_type="scheduled", scheduled_for=T0)
+    scheduler.update_task("report", enabled=False, cron="0 0 1 1 *")
+    finish_stored(stored, {"sum": 3})
+    inline_runner(clock, node_id="node-b").tick()
+    execution.refresh_from_db()
+    assert (execution.status, execution.attempt, execution.result) == (Status.SUCCESS, 1, {"sum": 3})
+
+
+@override_settings(TASKS=STORED)
+def test_a_resumed_attempt_keeps_the_deadline_of_its_first_start(clock):
+    """The dead runner started the attempt 31 s ago; with a 2 s timeout the resumed attempt times out at
+    once: it reads the result once and polls no more."""
+    execution, stored = released_after_a_crash(clock, timeout=2)
+    inline_runner(clock, node_id="node-b").tick()
+    execution.refresh_from_db()
+    assert (execution.status, execution.attempt) == (Status.FAILED, 1)
+    assert execution.error["code"] == "scheduler:037"
+    assert len(tasks.StoredBackend.shared) == 1
+    assert tasks.StoredBackend.reads == [stored]
+
+
+@override_settings(TASKS=STORED)
+def test_a_stored_result_id_is_not_followed_once_the_task_runs_another_kind_of_handler(clock):
+    handler = django_task("tests.jobapp.tasks.add", backend="stored", timeout=600)
+    scheduler.register(definition(cron="0 0 1 1 *", handler=handler, idempotent=False))
+    execution = scheduler.trigger("report", params={"a": 1, "b": 2})
+    queued = tasks.add.using(backend="stored").enqueue(a=1, b=2)
+    claim = expire_lease(clock)
+    Execution.objects.filter(sequence=claim.execution.sequence).update(handler_ref=queued.id)
+    scheduler.update_task("report", handler=None)
+    claims.recover_expired(clock.now(), "node-b")
+    execution.refresh_from_db()
+    assert execution.status == Status.UNKNOWN

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -59,7 +60,7 @@ def test_a_runner_wakes_for_a_retry_at_its_due_instant_not_at_its_next_tick(runn
 @pytest.fixture
 def redis_wake_ups(settings):
     redis = pytest.importorskip("redis")
-    url = "redis://127.0.0.1:6379/14"
+    url = f"redis://127.0.0.1:{os.environ.get('SCHEDULER_TEST_REDIS_PORT', '6379')}/14"
     try:
         redis.Redis.from_url(url, socket_connect_timeout=1).ping()
     except redis.RedisError:

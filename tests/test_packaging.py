@@ -212,20 +212,28 @@ def test_the_build_finds_every_package_it_ships_data_for(built):
     assert "absent from" not in built.output
 
 
-def matrix_of_the_noxfile() -> tuple[set[str], set[str]]:
-    """The Pythons and the Djangos noxfile.py tests, read from its PYTHONS and DJANGO."""
+def matrix_of_the_noxfile() -> tuple[tuple[str, ...], dict[str, str]]:
+    """The Pythons and the Djangos (version -> requirement) noxfile.py tests, read from its PYTHONS and DJANGO."""
     values = {}
     for node in ast.parse((ROOT / "noxfile.py").read_text()).body:
         target = node.targets[0] if isinstance(node, ast.Assign) else None
         if isinstance(target, ast.Name) and target.id in ("PYTHONS", "DJANGO"):
             values[target.id] = ast.literal_eval(node.value)
-    return set(values["PYTHONS"]), set(values["DJANGO"])
+    return values["PYTHONS"], values["DJANGO"]
 
 
 def test_the_classifiers_name_exactly_the_pythons_and_djangos_the_matrix_tests(built):
-    pythons, djangos = matrix_of_the_noxfile()
+    pythons, djangos = map(set, matrix_of_the_noxfile())
     classifiers = built.metadata().get_all("Classifier")
     assert {
         c.rsplit(" :: ", 1)[1] for c in classifiers if c.startswith("Programming Language :: Python :: 3.")
     } == pythons
     assert {c.rsplit(" :: ", 1)[1] for c in classifiers if c.startswith("Framework :: Django :: ")} == djangos
+
+
+def test_the_ci_runs_the_whole_suite_on_the_newest_combination_of_the_noxfile():
+    pythons, djangos = matrix_of_the_noxfile()
+    script = (ROOT / "tests" / "run_all.sh").read_text()
+    newest_django = list(djangos)[-1]
+    assert f"NEWEST_PYTHON={max(pythons)}\n" in script
+    assert f'NEWEST_DJANGO="{djangos[newest_django]}"\n' in script

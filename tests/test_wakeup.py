@@ -12,7 +12,8 @@ from scheduler_app.models import Execution
 from tests.factories import definition
 from tests.waiting import wait_for
 
-REDIS_URL = "redis://127.0.0.1:6379/15"
+# Pub/sub channels are server-wide: tests/run_all.sh gives its nox sessions a Redis of their own.
+REDIS_URL = f"redis://127.0.0.1:{os.environ.get('SCHEDULER_TEST_REDIS_PORT', '6379')}/15"
 
 
 def redis_or_skip():

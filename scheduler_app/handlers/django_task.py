@@ -15,11 +15,12 @@ from types import ModuleType
 from typing import Any
 
 from django.apps import apps
+from django.utils import timezone
 
 from scheduler_app.conf import scheduler_settings
-from scheduler_app.events import TaskEvent
+from scheduler_app.events import ExecutionContext, TaskEvent
 from scheduler_app.handlers.base import Handler, HandlerError, Resumable
-from scheduler_app.models import Execution, Status
+from scheduler_app.models import Execution, ExecutionEvent, Status
 from scheduler_app.values import is_number, short_text
 
 KEYS = frozenset({"kind", "task", "backend", "queue_name", "priority", "timeout"})
@@ -142,6 +143,8 @@ class DjangoTaskHandler(Handler):
             Execution.objects.filter(sequence=context.sequence).values_list("handler_ref", flat=True).first()
         )
         if stored:
+            # A resumed attempt keeps the deadline of its first start, so resumes cannot go on for ever.
+            deadline -= seconds_since_first_start(context)
             if not backend.supports_get_result:
                 return {"enqueued": stored, "followed": False}
             try:
@@ -191,6 +194,19 @@ class DjangoTaskHandler(Handler):
             sequence=context.sequence, execution_token=context.execution_token, status=Status.RUNNING
         ).update(handler_ref="")
         raise HandlerError(TASK_FAILED, f"The task {result.id} failed: {describe_errors(result)}")
+
+
+def seconds_since_first_start(context: ExecutionContext) -> float:
+    """How long ago this attempt first started (it started again at each resume after a crash or a shutdown)."""
+    first = (
+        ExecutionEvent.objects.filter(
+            execution_id=context.sequence, attempt=context.attempt, to_status=Status.RUNNING
+        )
+        .order_by("at")
+        .values_list("at", flat=True)
+        .first()
+    )
+    return max(0.0, (timezone.now() - first).total_seconds()) if first is not None else 0.0
 
 
 def describe_errors(result: Any) -> str:

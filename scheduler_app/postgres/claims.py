@@ -69,6 +69,7 @@ CANDIDATE_FIELDS = (
     "trigger_source",
     "scheduled_for",
     "attempt",
+    "handler_ref",
 )
 
 

@@ -27,7 +27,6 @@ from scheduler_app.storable import storable
 logger = logging.getLogger("scheduler_app")
 
 HOOK_FAILED = "scheduler:031"
-SHUTDOWN = "shutdown"
 # What call_handler returns for a handler that stopped at its cancellation with work going on elsewhere.
 RESUMABLE = Outcome(Status.PENDING, "resumable")
 
@@ -40,6 +39,8 @@ class Attempt:
     cancelled: threading.Event = field(default_factory=threading.Event)
     cancel_reason: str = ""
     lease_lost: bool = False
+    # Cancelled by the runner's shutdown: a handler whose work goes on elsewhere releases the attempt.
+    release: bool = False
     lease_deadline: float = 0.0
     # Where its start and outcome are recorded; threaded runners set their batching writer,
     # whose commits the attempt then shares with others'. None: the direct journal.
@@ -54,10 +55,11 @@ class Attempt:
     abandoned: bool = False
     _ending: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def cancel(self, reason: str, *, lease_lost: bool = False) -> None:
+    def cancel(self, reason: str, *, lease_lost: bool = False, release: bool = False) -> None:
         if not self.cancelled.is_set():
             self.cancel_reason = reason
             self.lease_lost = lease_lost
+            self.release = release
             self.cancelled.set()
 
     def handler_returned(self) -> bool:
@@ -212,7 +214,7 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
             logger.warning("lease lost for %s; the attempt writes nothing more", execution.occurrence_id)
             return
         reason = attempt.cancel_reason
-        if outcome is not None and outcome.status == Status.PENDING and reason == SHUTDOWN:
+        if outcome is not None and outcome.status == Status.PENDING and attempt.release:
             _release_resumable(attempt, node, clock)
             return
         if reason == limits.TIME_LIMIT and attempt.limit is not None:
@@ -237,7 +239,7 @@ def _release_resumable(attempt: Attempt, node: str, clock: Clock) -> None:
         token=token,
         node=node,
         attempt=execution.attempt,
-        reason="released at shutdown; the next claim follows the enqueued task",
+        reason=journal.FOLLOW_AFTER_SHUTDOWN,
         fields={**journal.released(), "attempt": execution.attempt - 1, "due_at": now},
     )
 

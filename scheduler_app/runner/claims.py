@@ -39,9 +39,19 @@ class Ended:
     log_status: str
 
 
+def follows_enqueued_task(execution: Execution, task: Task | None) -> bool:
+    """A django_task attempt that stored its task's result id: that task runs on in its backend."""
+    return (
+        bool(execution.handler_ref) and task is not None and (task.handler or {}).get("kind") == "django_task"
+    )
+
+
 def _why_not_runnable(execution: Execution, task: Task | None) -> str | None:
     if task is None:
         return "task deleted"
+    if follows_enqueued_task(execution, task):
+        # The same attempt resumes: its task was enqueued while the occurrence was runnable.
+        return None
     if execution.trigger_type == TriggerType.SCHEDULED:
         if not task.enabled:
             return "task disabled"
@@ -118,17 +128,14 @@ def recover_expired(now: datetime, node: str, batch: int = 100) -> list[Ended]:
             released = {**journal.released(), "updated_at": now}
             # A django_task attempt that stored its result id has no effect left to repeat: its task
             # runs on in the tasks backend, and the next claim follows it as the same attempt.
-            following = row.status == Status.RUNNING and task is not None and bool(row.handler_ref)
+            following = row.status == Status.RUNNING and follows_enqueued_task(row, task)
             if row.status == Status.RUNNING and not following:
                 released["log_persistence"] = LogPersistence.PENDING
             if row.status == Status.CLAIMED:
                 to_status, reason = Status.PENDING, "lease expired before the attempt started"
                 fields = {**released, "attempt": row.attempt - 1}
             elif following:
-                to_status, reason = (
-                    Status.PENDING,
-                    "lease expired while following an enqueued task; will follow it",
-                )
+                to_status, reason = Status.PENDING, journal.FOLLOW_AFTER_LEASE
                 fields = {**released, "attempt": row.attempt - 1, "due_at": now}
             elif task is not None and task.idempotent and row.attempt < row.max_attempts:
                 to_status, reason = Status.PENDING, "lease expired while running; idempotent, will run again"

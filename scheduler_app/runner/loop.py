@@ -213,7 +213,7 @@ class SchedulerLoop:
         with self._lock:
             attempts = list(self.in_flight.values())
         for attempt in attempts:
-            attempt.cancel(reason)
+            attempt.cancel(reason, release=True)
         self._wake.set()
 
     def stop(self) -> None:

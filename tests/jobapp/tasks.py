@@ -26,10 +26,16 @@ class StoredBackend(DummyBackend):
 
     supports_get_result = True
     shared: list[Any] = []
+    # Each read of a result, by id: how often a handler looked.
+    reads: list[str] = []
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.results = StoredBackend.shared
+
+    def get_result(self, result_id: str) -> Any:
+        StoredBackend.reads.append(result_id)
+        return super().get_result(result_id)
 
 
 @task()
