@@ -6,8 +6,6 @@ the management command call these functions and hold no business logic.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -47,10 +45,14 @@ from scheduler_app.models import (
     manual_occurrence_id,
 )
 from scheduler_app.statements import journal_statements
+from scheduler_app.triggers import KEY_REUSED, Trigger, create_many, payload_hash
 
 logger = logging.getLogger("scheduler_app")
 
 MAX_PAGE_SIZE = 500
+# The most triggers one trigger_many() call takes.
+MAX_TRIGGERS = 10_000
+TRIGGER_KEYS = frozenset({"idempotency_key", "params"})
 RESOLVABLE = (Status.SUCCESS, Status.DISCARDED)
 
 
@@ -63,11 +65,6 @@ def storage_errors() -> Iterator[None]:
         raise
     except DatabaseError as exc:
         raise StorageError() from exc
-
-
-def payload_hash(params: dict[str, Any] | None) -> str:
-    canonical = json.dumps(params or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -300,6 +297,25 @@ class Scheduler:
             raise InvalidDefinition("The trigger is invalid.", errors=errors)
         return self._create(task_id, source, idempotency_key, params)
 
+    def trigger_many(
+        self, task_id: str, triggers: list[dict[str, Any]], source: str | None = None
+    ) -> list[Execution]:
+        """Create many manual executions of one task in one transaction, each trigger a dict with an
+        optional ``idempotency_key`` and ``params``; the executions in order (an existing one where a
+        key was used before). trigger()'s rules hold for each, and a refused batch writes nothing."""
+        return [execution for execution, _ in self.get_or_trigger_many(task_id, triggers, source)]
+
+    def get_or_trigger_many(
+        self, task_id: str, triggers: list[dict[str, Any]], source: str | None = None
+    ) -> list[tuple[Execution, bool]]:
+        """Like trigger_many(); also says of each execution whether this call created it."""
+        batch = _valid_triggers(triggers, source)
+        with storage_errors():
+            results = create_many(task_id, source, batch, timezone.now())
+        if any(created for _, created in results):
+            wakeup.notify()
+        return results
+
     def _create(
         self, task_id: str, source: str | None, idempotency_key: str | None, params: dict[str, Any] | None
     ) -> tuple[Execution, bool]:
@@ -339,7 +355,7 @@ class Scheduler:
                 if existing is None:
                     raise
                 if existing.payload_hash != digest:
-                    raise Conflict("This idempotency key was used with other params.") from None
+                    raise Conflict(KEY_REUSED) from None
                 return existing, False
         wakeup.notify()
         return execution, True
@@ -528,6 +544,26 @@ def _apply(task: Task, values: dict[str, Any]) -> bool:
         task.next_run_at = _next_run(task)
     task.save()
     return True
+
+
+def _valid_triggers(batch: Any, source: Any) -> list[Trigger]:
+    """The batch of trigger_many() as Trigger values; InvalidDefinition naming each bad field."""
+    errors = _trigger_errors(source, None, None)
+    if not isinstance(batch, (list, tuple)) or not 1 <= len(batch) <= MAX_TRIGGERS:
+        errors["triggers"] = [f"Must be a list of 1 to {MAX_TRIGGERS} triggers."]
+        raise InvalidDefinition("The triggers are invalid.", errors=errors)
+    for n, item in enumerate(batch):
+        if not isinstance(item, dict):
+            errors[f"triggers[{n}]"] = ["Must be an object with idempotency_key and params, both optional."]
+            continue
+        unknown = sorted(str(key) for key in set(item) - TRIGGER_KEYS)
+        if unknown:
+            errors[f"triggers[{n}]"] = [f"Unknown keys: {', '.join(unknown)}."]
+        for field, messages in _trigger_errors(None, item.get("idempotency_key"), item.get("params")).items():
+            errors[f"triggers[{n}].{field}"] = messages
+    if errors:
+        raise InvalidDefinition("The triggers are invalid.", errors=errors)
+    return [Trigger(item.get("idempotency_key"), item.get("params")) for item in batch]
 
 
 def _trigger_errors(source: Any, idempotency_key: Any, params: Any) -> dict[str, list[str]]:

@@ -157,6 +157,22 @@ class TriggerSerializer(PassThroughSerializer):
     )
 
 
+class BatchTriggerSerializer(PassThroughSerializer):
+    """One trigger of a batch: the batch has one source."""
+
+    idempotency_key = TriggerSerializer._declared_fields["idempotency_key"]
+    params = TriggerSerializer._declared_fields["params"]
+
+
+class TriggerManySerializer(PassThroughSerializer):
+    source = serializers.CharField(  # type: ignore[assignment]
+        max_length=200, required=False, allow_null=True, allow_blank=True, help_text="Default: the user name."
+    )
+    triggers = serializers.ListField(
+        child=BatchTriggerSerializer(), min_length=1, max_length=10_000, help_text="At most 10,000."
+    )
+
+
 class ResolveSerializer(PassThroughSerializer):
     converted = ("expected_updated_at",)
 
@@ -196,6 +212,13 @@ class ExecutionSerializer(serializers.ModelSerializer):
             "log_persistence",
         )
         read_only_fields: tuple[str, ...] = fields
+
+
+class TriggeredSerializer(serializers.Serializer):
+    """What trigger-many answers: how many executions it created, and each execution in order."""
+
+    created = serializers.IntegerField(help_text="How many of the executions this call created.")
+    executions = ExecutionSerializer(many=True)
 
 
 class ExecutionEventSerializer(serializers.ModelSerializer):

@@ -31,6 +31,8 @@ from scheduler_app.api.serializers import (
     ResolveSerializer,
     TaskQuerySerializer,
     TaskSerializer,
+    TriggeredSerializer,
+    TriggerManySerializer,
     TriggerSerializer,
 )
 from scheduler_app.exceptions import TaskNotFound
@@ -124,6 +126,7 @@ class TaskViewSet(SchedulerViewSet):
         "partial_update": ("scheduler_app.change_task",),
         "destroy": ("scheduler_app.delete_task",),
         "trigger": ("scheduler_app.add_execution",),
+        "trigger_many": ("scheduler_app.add_execution",),
     }
 
     def task_id(self) -> str:
@@ -242,6 +245,42 @@ class TaskViewSet(SchedulerViewSet):
         )
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
         return Response(ExecutionSerializer(execution).data, status=code)
+
+    @document(
+        request=TriggerManySerializer,
+        responses={
+            202: described(TriggeredSerializer, "The executions, in order; at least one is new."),
+            200: described(TriggeredSerializer, "The executions their idempotency keys created before."),
+            **_errors(400, 404, 415),
+            409: described(
+                ErrorSerializer,
+                "An idempotency key was used with other params (scheduler:041); nothing written.",
+            ),
+        },
+        description="Many manual triggers of the task in one transaction, with trigger's rules for each.",
+        examples=example(
+            "three customers, one key each",
+            {
+                "source": "billing",
+                "triggers": [
+                    {"idempotency_key": f"2026-10/{n}", "params": {"customer": n}} for n in (1, 2, 3)
+                ],
+            },
+        ),
+    )
+    @action(detail=True, methods=["post"], url_path="trigger-many")
+    def trigger_many(self, request: Request, pk: str) -> Response:
+        task_id = self.task_id()
+        serializer = TriggerManySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        values = serializer.validated_data
+        source = values.get("source")
+        results = scheduler.get_or_trigger_many(
+            task_id, values.get("triggers"), source=self.by() if source in (None, "") else source
+        )
+        created = sum(1 for _, new in results if new)
+        data = TriggeredSerializer({"created": created, "executions": [e for e, _ in results]}).data
+        return Response(data, status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK)
 
 
 class LogViewSet(SchedulerViewSet):

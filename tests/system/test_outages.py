@@ -642,8 +642,14 @@ def test_postgresql_stopped_for_two_minutes_runners_recover_without_restart_and_
             "SELECT 1 FROM {execution} WHERE task_id <> 'long' AND status IN ('pending', 'claimed', 'running')"
         )
         ran = database.rows("SELECT DISTINCT task_id FROM {execution} WHERE status = 'success'")
+        # Both runners started (a slow start could otherwise still be retrying when the outage begins).
+        started = dict(database.rows("SELECT node_id, pid FROM {runner}")) == pids
         return (
-            3 <= second < 45 and not busy and len(ran) == len(tasks) and bool(runners.ticks(long_occurrence))
+            3 <= second < 45
+            and not busy
+            and len(ran) == len(tasks)
+            and bool(runners.ticks(long_occurrence))
+            and started
         )
 
     wait_for(settled_away_from_a_boundary, timeout=90, interval=0.2)

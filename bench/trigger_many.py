@@ -1,0 +1,135 @@
+"""Bulk triggers: how many occurrences scheduler.trigger_many creates per second, and how fast they run.
+
+Every scheduler setting at its default: two `run_scheduler` processes with the default worker
+count, no Redis, Django's default database OPTIONS, a new empty journal. One task (max_concurrency
+32, the no-op hook of bench/noop_hook.py); the producer (this process) creates --occurrences
+occurrences with trigger_many in batches of --batch, while the runners run them. In the same pass,
+on a fresh database, the same number of single trigger() calls give the ratio between the two.
+
+Reported per pass (the median of --repeat passes is printed last):
+
+- created/s: occurrences / seconds spent inside the producer's calls;
+- executed/s: occurrences / (last side effect - first call), end to end;
+- duplicates (from the side-effect lines) and the runners' peak RSS.
+
+Run (from the repository root):
+
+    .venv/bin/python bench/trigger_many.py [--occurrences 10000] [--batch 1000] [--repeat 3]
+
+By default the runs use a private PostgreSQL cluster started by the script (same binaries,
+durable commits); --shared-pg uses the server at PGHOST/PGPORT instead.
+
+Writes bench/results/trigger_many.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections import Counter
+from contextlib import ExitStack
+from typing import Any
+
+from _common import Processes, bench_database, private_postgres, wait_until, write_results
+from noop_hook import read_side_effects
+
+TASK = "fan-out"
+CONCURRENCY = 32
+
+
+def one_pass(args: argparse.Namespace, bulk: bool) -> dict[str, Any]:
+    with ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="bulk-effects-"))
+        db = stack.enter_context(bench_database("bench_bulk", settings="bench.settings"))
+        procs = stack.enter_context(Processes())
+        from scheduler_app import scheduler
+        from scheduler_app.models import Runner
+
+        scheduler.register({"id": TASK, "cron": "0 0 1 1 *", "max_concurrency": CONCURRENCY})
+        runners = [
+            procs.start_runner(db, f"bulk-{i}", env={"BENCH_SIDE_EFFECTS": folder})
+            for i in range(args.runners)
+        ]
+        if not wait_until(lambda: Runner.objects.count() == args.runners, 60):
+            raise SystemExit("runners did not start:\n" + runners[0].log_tail())
+        calls = 0.0
+        first = time.time()
+        for start in range(0, args.occurrences, args.batch):
+            size = min(args.batch, args.occurrences - start)
+            began = time.perf_counter()
+            if bulk:
+                scheduler.trigger_many(
+                    TASK, [{"params": {"n": start + n}} for n in range(size)], source="bench"
+                )
+            else:
+                for n in range(size):
+                    scheduler.trigger(TASK, source="bench", params={"n": start + n})
+            calls += time.perf_counter() - began
+        ran = wait_until(lambda: len(read_side_effects(folder)) >= args.occurrences, args.timeout, 0.1)
+        effects = read_side_effects(folder)
+        for runner in runners:
+            runner.sample_rss()
+        per_occurrence = Counter(occurrence for _, _, occurrence in effects)
+        last = max((t for _, t, _ in effects), default=first)
+        return {
+            "call": "trigger_many" if bulk else "trigger",
+            "all_ran": ran,
+            "side_effects": len(effects),
+            "duplicates": sum(n - 1 for n in per_occurrence.values() if n > 1),
+            "created_per_second": round(args.occurrences / calls, 1),
+            "executed_per_second": round(len(effects) / (last - first), 1) if last > first else None,
+            "runner_peak_rss_mb": [round(r.peak_rss_kb / 1024, 1) for r in runners],
+            "runner_exit_codes": list(procs.stop_all().values()),
+        }
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--occurrences", type=int, default=10_000)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--runners", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--shared-pg", action="store_true")
+    args = parser.parse_args()
+    results: dict[str, Any] = {"occurrences": args.occurrences, "batch": args.batch, "runners": args.runners}
+    with ExitStack() as stack:
+        if not args.shared_pg:
+            stack.enter_context(private_postgres())
+        passes: dict[str, list[dict[str, Any]]] = {"trigger_many": [], "trigger": []}
+        for _ in range(args.repeat):
+            for bulk in (True, False):
+                r = one_pass(args, bulk)
+                passes[r["call"]].append(r)
+                print(
+                    f"{r['call']}: {r['side_effects']}/{args.occurrences} ran, {r['duplicates']} duplicates,"
+                    f" {r['created_per_second']} created/s, {r['executed_per_second']} executed/s end to end,"
+                    f" peak RSS {r['runner_peak_rss_mb']} MB"
+                )
+        for call, runs in passes.items():
+            results[call] = {
+                "median_created_per_second": median([r["created_per_second"] for r in runs]),
+                "median_executed_per_second": median([r["executed_per_second"] or 0.0 for r in runs]),
+                "duplicates": sum(r["duplicates"] for r in runs),
+                "runs": runs,
+            }
+        bulk, single = results["trigger_many"], results["trigger"]
+        print(
+            f"medians of {args.repeat} passes, defaults, {args.runners} runners:"
+            f" trigger_many (batches of {args.batch}) {bulk['median_created_per_second']} created/s,"
+            f" {bulk['median_executed_per_second']} executed/s;"
+            f" trigger {single['median_created_per_second']} created/s,"
+            f" {single['median_executed_per_second']} executed/s;"
+            f" created ratio {bulk['median_created_per_second'] / single['median_created_per_second']:.1f}x;"
+            f" duplicates {bulk['duplicates'] + single['duplicates']}"
+        )
+    write_results("trigger_many", results)
+
+
+if __name__ == "__main__":
+    main()
