@@ -47,8 +47,9 @@ def one_pass(args: argparse.Namespace, bulk: bool) -> dict[str, Any]:
         from scheduler_app.models import Runner
 
         scheduler.register({"id": TASK, "cron": "0 0 1 1 *", "max_concurrency": CONCURRENCY})
+        workers = ("--workers", str(args.workers)) if args.workers else ()
         runners = [
-            procs.start_runner(db, f"bulk-{i}", env={"BENCH_SIDE_EFFECTS": folder})
+            procs.start_runner(db, f"bulk-{i}", *workers, env={"BENCH_SIDE_EFFECTS": folder})
             for i in range(args.runners)
         ]
         if not wait_until(lambda: Runner.objects.count() == args.runners, 60):
@@ -93,11 +94,19 @@ def main() -> None:
     parser.add_argument("--occurrences", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--runners", type=int, default=2)
+    parser.add_argument(
+        "--workers", type=int, help="run_scheduler --workers (tuned); default: the WORKERS setting"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--shared-pg", action="store_true")
     args = parser.parse_args()
-    results: dict[str, Any] = {"occurrences": args.occurrences, "batch": args.batch, "runners": args.runners}
+    results: dict[str, Any] = {
+        "occurrences": args.occurrences,
+        "batch": args.batch,
+        "runners": args.runners,
+        "workers": args.workers or "default",
+    }
     with ExitStack() as stack:
         if not args.shared_pg:
             stack.enter_context(private_postgres())
@@ -120,7 +129,8 @@ def main() -> None:
             }
         bulk, single = results["trigger_many"], results["trigger"]
         print(
-            f"medians of {args.repeat} passes, defaults, {args.runners} runners:"
+            f"medians of {args.repeat} passes, {args.runners} runners,"
+            f" {f'--workers {args.workers}' if args.workers else 'every setting at its default'}:"
             f" trigger_many (batches of {args.batch}) {bulk['median_created_per_second']} created/s,"
             f" {bulk['median_executed_per_second']} executed/s;"
             f" trigger {single['median_created_per_second']} created/s,"

@@ -1,10 +1,11 @@
 """Manual triggers: what an idempotency key is bound to, and many triggers of one task at once.
 
-A batch is one transaction of a fixed number of round trips. The rules are trigger()'s, applied
-to the whole batch: the same idempotency key returns the same
-execution (also twice within one batch), a key used with other params is a Conflict, and a
-refused batch writes nothing. A batch costs the task read, one look-up of its keyed occurrence
-ids, one multi-row INSERT of executions and one of their creation events, whatever its size.
+The rules of a batch are trigger()'s, applied to the whole batch: the same idempotency key returns
+the same execution (also twice within one batch), a key used with other params is a Conflict, and a
+refused batch writes nothing. On PostgreSQL a batch is one statement (``postgres.trigger``); every
+other database, and the cases that statement leaves to it, take the ORM path: one transaction of the
+task read, one look-up of the keyed occurrence ids, one multi-row INSERT of the executions and one
+of their creation events, whatever the batch's size.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.db import IntegrityError, transaction
 from scheduler_app import journal
 from scheduler_app.exceptions import Conflict, TaskNotFound
 from scheduler_app.models import Execution, Status, Task, TriggerType, manual_occurrence_id
+from scheduler_app.statements import journal_statements
 
 KEY_REUSED = "This idempotency key was used with other params."
 
@@ -43,53 +45,71 @@ def create_many(
     task_id: str, source: str | None, triggers: list[Trigger], now: datetime
 ) -> list[tuple[Execution, bool]]:
     """The execution of each trigger, in order, and whether this call created it."""
+    order = [manual_occurrence_id(task_id, trigger.idempotency_key) for trigger in triggers]
+    planned: dict[uuid.UUID, Execution] = {}
+    # The params each trigger gave, apart from those its execution gets merged over the task's.
+    callers: dict[uuid.UUID, dict[str, Any]] = {}
+    for occurrence_id, trigger in zip(order, triggers, strict=True):
+        digest = payload_hash(trigger.params)
+        twin = planned.get(occurrence_id)
+        if twin is None:
+            callers[occurrence_id] = trigger.params or {}
+            planned[occurrence_id] = Execution(
+                occurrence_id=occurrence_id,
+                task_id=task_id,
+                trigger_type=TriggerType.MANUAL,
+                trigger_source=source or "",
+                idempotency_key=trigger.idempotency_key,
+                payload_hash=digest,
+                params=trigger.params or {},
+                due_at=now,
+                created_at=now,
+                updated_at=now,
+            )
+        elif twin.payload_hash != digest:
+            raise Conflict(KEY_REUSED)
+    keyed = [occurrence_id for occurrence_id, e in planned.items() if e.idempotency_key is not None]
+    reason = f"triggered by {source}" if source else "triggered"
+    one_statement = journal_statements().insert_manual_many(
+        task_id, source or "", list(planned.values()), keyed, reason, now
+    )
+    if one_statement is not None:
+        inserted, left_out = one_statement
+        existing = existing_executions(left_out) if left_out else {}
+        return _answers(order, {e.occurrence_id: e for e in inserted}, existing)
     try:
         with transaction.atomic():
-            return _create(task_id, source, triggers, now)
+            return _create(task_id, planned, callers, keyed, reason, order, now)
     except IntegrityError:
         # A concurrent trigger took one of the keys between the look-up and the insert: the
         # look-up of a second try finds it.
         with transaction.atomic():
-            return _create(task_id, source, triggers, now)
+            return _create(task_id, planned, callers, keyed, reason, order, now)
 
 
 def _create(
-    task_id: str, source: str | None, triggers: list[Trigger], now: datetime
+    task_id: str,
+    planned: dict[uuid.UUID, Execution],
+    callers: dict[uuid.UUID, dict[str, Any]],
+    keyed: list[uuid.UUID],
+    reason: str,
+    order: list[uuid.UUID],
+    now: datetime,
 ) -> list[tuple[Execution, bool]]:
     found = Task.objects.filter(id=task_id).values_list("revision", "params", "retry_max_attempts").first()
     if found is None:
         raise TaskNotFound()
     revision, task_params, max_attempts = found
-    planned: dict[uuid.UUID, Execution] = {}
-    order: list[uuid.UUID] = []
-    for trigger in triggers:
-        occurrence_id = manual_occurrence_id(task_id, trigger.idempotency_key)
-        digest = payload_hash(trigger.params)
-        twin = planned.get(occurrence_id)
-        if twin is not None and twin.payload_hash != digest:
-            raise Conflict(KEY_REUSED)
-        if twin is None:
-            planned[occurrence_id] = Execution(
-                occurrence_id=occurrence_id,
-                task_id=task_id,
-                task_revision=revision,
-                trigger_type=TriggerType.MANUAL,
-                trigger_source=source or "",
-                idempotency_key=trigger.idempotency_key,
-                payload_hash=digest,
-                params={**task_params, **(trigger.params or {})},
-                max_attempts=max_attempts,
-                due_at=now,
-                created_at=now,
-                updated_at=now,
-            )
-        order.append(occurrence_id)
-    keyed = [occurrence_id for occurrence_id, e in planned.items() if e.idempotency_key is not None]
     existing = existing_executions(keyed) if keyed else {}
     for occurrence_id, execution in existing.items():
         if execution.payload_hash != planned[occurrence_id].payload_hash:
             raise Conflict(KEY_REUSED)
-    new = [execution for occurrence_id, execution in planned.items() if occurrence_id not in existing]
+    new = [e for occurrence_id, e in planned.items() if occurrence_id not in existing]
+    for execution in new:
+        # A second try after a lost race starts from the same objects: nothing of the first stays.
+        execution.sequence = None
+        execution.task_revision, execution.max_attempts = revision, max_attempts
+        execution.params = {**task_params, **callers[execution.occurrence_id]}
     Execution.objects.bulk_create(new)
     if new and new[0].sequence is None:
         # A backend that cannot return the keys of a multi-row INSERT (MySQL).
@@ -100,15 +120,21 @@ def _create(
         )
         for execution in new:
             execution.sequence = sequences[execution.occurrence_id]
-    reason = f"triggered by {source}" if source else "triggered"
     journal.append(journal.event(execution.sequence, now, "", Status.PENDING, reason) for execution in new)
-    results: list[tuple[Execution, bool]] = []
+    return _answers(order, {e.occurrence_id: e for e in new}, existing)
+
+
+def _answers(
+    order: list[uuid.UUID], new: dict[uuid.UUID, Execution], existing: dict[uuid.UUID, Execution]
+) -> list[tuple[Execution, bool]]:
+    """Each trigger's execution and whether this call created it (a key's first trigger only)."""
+    answers: list[tuple[Execution, bool]] = []
     seen: set[uuid.UUID] = set()
     for occurrence_id in order:
-        created = occurrence_id not in existing and occurrence_id not in seen
+        created = occurrence_id in new and occurrence_id not in seen
         seen.add(occurrence_id)
-        results.append((existing.get(occurrence_id) or planned[occurrence_id], created))
-    return results
+        answers.append((new.get(occurrence_id) or existing[occurrence_id], created))
+    return answers
 
 
 def existing_executions(occurrence_ids: list[uuid.UUID]) -> dict[uuid.UUID, Execution]:

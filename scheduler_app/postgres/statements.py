@@ -51,5 +51,16 @@ class PostgresStatements(Statements):
     ) -> bool:
         return trigger.insert_manual(execution, caller_params, reason, now)
 
+    def insert_manual_many(
+        self,
+        task_id: str,
+        source: str,
+        planned: list[Execution],
+        keyed: list[Any],
+        reason: str,
+        now: datetime,
+    ) -> tuple[list[Execution], list[Any]] | None:
+        return trigger.insert_manual_many(task_id, source, planned, keyed, reason, now)
+
 
 POSTGRES = PostgresStatements()

@@ -157,6 +157,20 @@ class Statements:
         (nothing written) sends the caller to the ORM path, which tells the refusals apart."""
         return False
 
+    def insert_manual_many(
+        self,
+        task_id: str,
+        source: str,
+        planned: list[Execution],
+        keyed: list[Any],
+        reason: str,
+        now: datetime,
+    ) -> tuple[list[Execution], list[Any]] | None:
+        """Insert a batch of one task's manual triggers in one statement, where there is one: the
+        executions inserted and the occurrence ids left out (their key was used before with the same
+        params). None (nothing written) sends the caller to the ORM path of ``scheduler_app.triggers``."""
+        return None
+
 
 def _saturated_task_ids() -> list[str]:
     busy = Execution.objects.occupying().count_by_task()
