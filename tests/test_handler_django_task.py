@@ -170,13 +170,8 @@ def finish_stored(result_id: str, value: Any) -> None:
 @override_settings(TASKS=STORED)
 def test_a_lease_lost_while_following_is_followed_again_as_the_same_attempt_even_when_not_idempotent(clock):
     """The runner died after the enqueue: the task runs on in its backend, and its outcome is the occurrence's."""
-    handler = django_task("tests.jobapp.tasks.add", backend="stored", timeout=600)
-    scheduler.register(definition(cron="0 0 1 1 *", handler=handler, idempotent=False))
-    execution = scheduler.trigger("report", params={"a": 1, "b": 2})
-    queued = tasks.add.using(backend="stored").enqueue(a=1, b=2)
-    claim = expire_lease(clock)  # the dead node had enqueued and stored the id
-    Execution.objects.filter(sequence=claim.execution.sequence).update(handler_ref=queued.id)
-    finish_stored(queued.id, {"sum": 3})
+    execution, stored = crashed_while_following(clock, idempotent=False)
+    finish_stored(stored, {"sum": 3})
 
     runner = inline_runner(clock, node_id="node-b")
     runner.tick()
@@ -234,19 +229,25 @@ def test_task_modules_lets_a_handler_name_a_task_outside_the_installed_apps(cloc
     assert (execution.status, execution.result) == (Status.SUCCESS, 42)
 
 
-def released_after_a_crash(clock, *, timeout: float = 600, **task: Any) -> tuple[Execution, str]:
-    """A django_task attempt that enqueued its task, stored the id, and whose runner then died:
-    recovered (pending, the same attempt to follow) but not claimed yet."""
+def crashed_while_following(clock, *, timeout: float = 600, **task: Any) -> tuple[Execution, str]:
+    """A django_task attempt that enqueued its task and stored the id, and whose runner then died;
+    its lease has run out. The execution and the result id."""
     handler = django_task("tests.jobapp.tasks.add", backend="stored", timeout=timeout)
-    scheduler.register(definition(cron="* * * * *", handler=handler, **task))
+    scheduler.register(definition(cron="0 0 1 1 *", handler=handler, **task))
     execution = scheduler.trigger("report", params={"a": 1, "b": 2})
     queued = tasks.add.using(backend="stored").enqueue(a=1, b=2)
     claim = expire_lease(clock)
     Execution.objects.filter(sequence=claim.execution.sequence).update(handler_ref=queued.id)
+    return execution, queued.id
+
+
+def released_after_a_crash(clock, *, timeout: float = 600, **task: Any) -> tuple[Execution, str]:
+    """crashed_while_following, then recovered (pending, the same attempt to follow) but not claimed yet."""
+    execution, stored = crashed_while_following(clock, timeout=timeout, **task)
     claims.recover_expired(clock.now(), "node-b")
     execution.refresh_from_db()
     assert (execution.status, execution.attempt) == (Status.PENDING, 0)
-    return execution, queued.id
+    return execution, stored
 
 
 @override_settings(TASKS=STORED)
@@ -270,7 +271,7 @@ def test_a_released_attempt_stopped_by_an_operator_ends_interrupted_as_the_attem
 def test_a_released_scheduled_attempt_is_followed_even_after_its_task_was_disabled(clock):
     execution, stored = released_after_a_crash(clock)
     Execution.objects.filter(sequence=execution.sequence).update(trigger_type="scheduled", scheduled_for=T0)
-    scheduler.update_task("report", enabled=False, cron="0 0 1 1 *")
+    scheduler.update_task("report", enabled=False, cron="30 4 * * *")
     finish_stored(stored, {"sum": 3})
     inline_runner(clock, node_id="node-b").tick()
     execution.refresh_from_db()
@@ -292,12 +293,7 @@ def test_a_resumed_attempt_keeps_the_deadline_of_its_first_start(clock):
 
 @override_settings(TASKS=STORED)
 def test_a_stored_result_id_is_not_followed_once_the_task_runs_another_kind_of_handler(clock):
-    handler = django_task("tests.jobapp.tasks.add", backend="stored", timeout=600)
-    scheduler.register(definition(cron="0 0 1 1 *", handler=handler, idempotent=False))
-    execution = scheduler.trigger("report", params={"a": 1, "b": 2})
-    queued = tasks.add.using(backend="stored").enqueue(a=1, b=2)
-    claim = expire_lease(clock)
-    Execution.objects.filter(sequence=claim.execution.sequence).update(handler_ref=queued.id)
+    execution, _ = crashed_while_following(clock, idempotent=False)
     scheduler.update_task("report", handler=None)
     claims.recover_expired(clock.now(), "node-b")
     execution.refresh_from_db()
