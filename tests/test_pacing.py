@@ -46,7 +46,9 @@ def test_an_idle_runner_sends_at_most_one_statement_per_tick_interval(running, r
     wait_for(lambda: sum("UPDATE" in sql for sql in runner_statements[counted_from:]) >= 10, timeout=30)
     elapsed = time.monotonic() - start
     sent = len(runner_statements) - counted_from
-    assert sent <= elapsed / tick + 2, (sent, elapsed)
+    # The window cuts a tick at each end, and its end is seen up to one poll late; unpaced, the
+    # heartbeat alone would add half a statement per tick (about 30 here).
+    assert sent <= elapsed / tick + 3, (sent, elapsed)
 
 
 def test_a_runner_wakes_for_a_retry_at_its_due_instant_not_at_its_next_tick(running):
