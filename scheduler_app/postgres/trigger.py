@@ -125,7 +125,8 @@ def _many_statement() -> str:
 
     Rows whose key was used before with the same params are left out; keys a concurrent trigger
     takes meanwhile make the statement fail whole (no ON CONFLICT): nothing is written, and the
-    caller takes the ORM path. Answers the inserted rows, whole, then the sequences of those left out.
+    caller takes the ORM path. Answers the inserted rows, whole, then the occurrence ids of those left
+    out, each with whether its key was used with other params (the last column; NULL for inserted rows).
     """
     columns = ", ".join(f"e.{f.column}" for f in Execution._meta.concrete_fields)
     rows = (

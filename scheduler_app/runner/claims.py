@@ -50,7 +50,8 @@ def _why_not_runnable(execution: Execution, task: Task | None) -> str | None:
     if task is None:
         return "task deleted"
     if follows_enqueued_task(execution, task):
-        # The same attempt resumes: its task was enqueued while the occurrence was runnable.
+        # Its task was enqueued while the occurrence was runnable: the attempt (a resumed one, or the
+        # retry of one that timed out) only follows it.
         return None
     if execution.trigger_type == TriggerType.SCHEDULED:
         if not task.enabled:
