@@ -139,3 +139,109 @@ def test_attempts_still_reach_their_workers_when_starting_them_early_fails(runni
     running()
     execution = scheduler.trigger("report", params={"result": "ran"}, wait=10)
     assert (execution.status, execution.result) == (Status.SUCCESS, "ran")
+
+
+FINISHED: list[str] = []
+
+
+def record_finish(event) -> None:
+    """An on_task_finish hook: the status its execution has in the database when the hook runs."""
+    FINISHED.append(Execution.objects.get(sequence=event.context.sequence).status)
+
+
+def finish_hook():
+    from django.conf import settings
+    from django.test import override_settings
+
+    hooks = {**settings.SCHEDULER_APP["HOOKS"], "on_task_finish": "tests.test_worker.record_finish"}
+    FINISHED.clear()
+    return override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "HOOKS": hooks})
+
+
+def hold_outcomes(monkeypatch) -> threading.Event:
+    """The writer writes no outcome until the returned event is set (starts still go through)."""
+    from scheduler_app.runner.writer import JournalWriter
+
+    gate = threading.Event()
+    write = JournalWriter._write
+
+    def held(self, batch):
+        if any(request.outcome is not None for request in batch):
+            gate.wait(30)
+        write(self, batch)
+
+    monkeypatch.setattr(JournalWriter, "_write", held)
+    return gate
+
+
+def test_a_worker_hands_its_outcome_to_the_writer_and_is_free_before_the_commit(clock, monkeypatch):
+    """What follows the commit (the hooks, the attempt leaving flight) runs after it, as the work
+    handed back to a worker; never on the writer's thread."""
+    import queue
+
+    from scheduler_app.runner import claims
+    from scheduler_app.runner.attempt import Attempt, run_attempt
+    from scheduler_app.runner.writer import JournalWriter
+
+    gate = hold_outcomes(monkeypatch)
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    execution = scheduler.trigger("report", params={"result": "ran"})
+    (claim,), _ = claims.claim(clock.now(), "node-a", 1, 60)
+    writer = JournalWriter("node-a", clock)
+    follow_ups: queue.Queue = queue.Queue()
+    attempt = Attempt(claim, journal=writer, follow_up=lambda _, work: follow_ups.put(work))
+    try:
+        with finish_hook():
+            assert run_attempt(attempt, "node-a", clock)
+            assert attempt.handed_off
+            assert status_of(execution) == Status.RUNNING
+            assert follow_ups.empty()
+            gate.set()
+            work = follow_ups.get(timeout=20)
+            assert (status_of(execution), execution.result) == (Status.SUCCESS, "ran")
+            assert FINISHED == []
+            assert work()
+            assert FINISHED == [Status.SUCCESS]
+    finally:
+        gate.set()
+        writer.stop(10)
+
+
+def test_stopping_waits_for_what_follows_handed_off_outcomes(monkeypatch):
+    from scheduler_app.runner.loop import SchedulerLoop
+    from scheduler_app.runner.workers import WorkerPool
+    from tests import hooks
+
+    gate = hold_outcomes(monkeypatch)
+    in_flight_at_pool_stop = []
+    stop_pool = WorkerPool.stop
+
+    def stop(self, timeout):
+        in_flight_at_pool_stop.append(len(runner.in_flight))
+        gate.set()
+        return stop_pool(self, timeout)
+
+    monkeypatch.setattr(WorkerPool, "stop", stop)
+    scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=2))
+    calls = len(hooks.CALLS)
+    executions = [scheduler.trigger("report") for _ in range(2)]
+    runner = SchedulerLoop(node_id="handing-off", workers=2, lease_seconds=30, drain_seconds=10)
+    wait_idle = runner.wait_idle
+
+    def idle(timeout, **options):
+        gate.set()
+        return wait_idle(timeout, **options)
+
+    monkeypatch.setattr(runner, "wait_idle", idle)
+    with finish_hook():
+        runner.start()
+        try:
+            runner.tick()
+            wait_for(lambda: len(hooks.CALLS) == calls + 2)
+            wait_for(lambda: all(a.handed_off for a in list(runner.in_flight.values())))
+        finally:
+            runner.shutdown()
+            runner.stop()
+        assert in_flight_at_pool_stop == [0]
+        assert FINISHED == [Status.SUCCESS, Status.SUCCESS]
+    assert [status_of(e) for e in executions] == [Status.SUCCESS, Status.SUCCESS]

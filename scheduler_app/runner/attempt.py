@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,7 +22,7 @@ from scheduler_app.models import Status, Task
 from scheduler_app.runner import limits
 from scheduler_app.runner.claims import Claim
 from scheduler_app.runner.clock import Clock
-from scheduler_app.runner.recording import EXECUTION_FAILED, DirectJournal, JournalPort, Outcome
+from scheduler_app.runner.recording import EXECUTION_FAILED, DirectJournal, Finish, JournalPort, Outcome
 from scheduler_app.storable import storable
 
 logger = logging.getLogger("scheduler_app")
@@ -53,6 +54,13 @@ class Attempt:
     # or the runner abandoned it past its limit and recorded it unknown.
     returned: bool = False
     abandoned: bool = False
+    # Threaded runners: how to run what follows the commit of a handed-off outcome (a worker of
+    # the pool runs it). With it, the worker hands the outcome to the writer and takes its next
+    # attempt at once instead of waiting for the commit.
+    follow_up: Callable[[Attempt, Callable[[], object]], None] | None = None
+    # The outcome was handed to the writer: the runner renews, cancels and counts the attempt no
+    # more; it stays in flight until what follows its commit has run.
+    handed_off: bool = False
     _ending: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def cancel(self, reason: str, *, lease_lost: bool = False, release: bool = False) -> None:
@@ -158,8 +166,12 @@ def _not_json(config: dict[str, Any] | None) -> dict[str, str]:
     return {"code": HOOK_FAILED if config is None else EXECUTION_FAILED, "message": "The result is not JSON."}
 
 
-def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
-    """Run one claimed attempt; after a lost lease nothing more is written."""
+def run_attempt(attempt: Attempt, node: str, clock: Clock) -> bool:
+    """Run one claimed attempt; after a lost lease nothing more is written.
+
+    True when its outcome was handed off (``Attempt.follow_up``): what follows the commit (the
+    log row when it did not share it, the hooks, ``delete_after_run``) then runs later, on a worker.
+    """
     execution, task, token = attempt.claim.execution, attempt.claim.task, attempt.claim.token
     number = execution.attempt
     if attempt.cancelled.is_set() and attempt.started is None:
@@ -177,14 +189,14 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
                 reason=f"released before start: {attempt.cancel_reason}",
                 fields={**journal.released(), "attempt": number - 1},
             )
-        return
+        return False
     if attempt.started is not None:
         started, now = attempt.started
     else:
         started, now = _port(attempt, node, clock).start(attempt)
     if not started:
         _finish(attempt, node, clock, STOPPED, from_status=Status.CLAIMED)
-        return
+        return False
     execution.started_at = now
     context = ExecutionContext(
         occurrence_id=str(execution.occurrence_id),
@@ -208,23 +220,31 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> None:
             "the handler of %s returned after its attempt was recorded unknown; nothing is written",
             execution.occurrence_id,
         )
-        return
+        return False
     if outcome is None or attempt.cancelled.is_set():
         if attempt.lease_lost:
             logger.warning("lease lost for %s; the attempt writes nothing more", execution.occurrence_id)
-            return
+            return False
         reason = attempt.cancel_reason
         if outcome is not None and outcome.status == Status.PENDING and attempt.release:
             _release_resumable(attempt, node, clock)
-            return
+            return False
         if reason == limits.TIME_LIMIT and attempt.limit is not None:
             outcome = limits.timed_out(attempt.limit)
         else:
             outcome = Outcome(Status.INTERRUPTED, reason, error={"reason": reason, "message": reason})
-    finished = _finish(attempt, node, clock, outcome, from_status=Status.RUNNING, event=event)
-    if finished and outcome.status == Status.SUCCESS and task.delete_after_run:
-        # Matching the revision spares a definition updated while the attempt ran.
-        Task.objects.filter(id=task.id, revision=task.revision).delete()
+    follow_up = attempt.follow_up
+    if follow_up is not None:
+        attempt.handed_off = True
+        _port(attempt, node, clock).finish_then(
+            attempt,
+            outcome,
+            Status.RUNNING,
+            lambda answer: follow_up(attempt, lambda: _recorded(attempt, answer.result(), outcome, event)),
+        )
+        return True
+    _finish(attempt, node, clock, outcome, from_status=Status.RUNNING, event=event)
+    return False
 
 
 def _release_resumable(attempt: Attempt, node: str, clock: Clock) -> None:
@@ -253,16 +273,28 @@ def _finish(
     from_status: str,
     event: TaskEvent | None = None,
 ) -> bool:
-    execution = attempt.claim.execution
-    finish, done, log_written = _port(attempt, node, clock).finish(attempt, outcome, from_status)
+    answer = _port(attempt, node, clock).finish(attempt, outcome, from_status)
+    return _recorded(attempt, answer, outcome, event)
+
+
+def _recorded(
+    attempt: Attempt, answer: tuple[Finish, bool, bool], outcome: Outcome, event: TaskEvent | None
+) -> bool:
+    """What follows the commit of an outcome: its log row if it did not share the commit, the
+    hooks, ``delete_after_run``; False when the outcome was not recorded."""
+    finish, done, log_written = answer
     if not done:
         return False
+    execution, task = attempt.claim.execution, attempt.claim.task
     execution.status = finish.to_status
     if not log_written:
         logs.write_and_confirm(execution, [finish.log])
     if event is not None:
         event.log = finish.log
         notify("on_task_interrupted" if outcome.status == Status.INTERRUPTED else "on_task_finish", event)
+        if outcome.status == Status.SUCCESS and task.delete_after_run:
+            # Matching the revision spares a definition updated while the attempt ran.
+            Task.objects.filter(id=task.id, revision=task.revision).delete()
     return True
 
 

@@ -211,7 +211,7 @@ class SchedulerLoop:
         self._shutdown_requested = True
         self._stopping.set()
         with self._lock:
-            attempts = list(self.in_flight.values())
+            attempts = [attempt for attempt in self.in_flight.values() if not attempt.handed_off]
         for attempt in attempts:
             attempt.cancel(reason, release=True)
         self._wake.set()
@@ -221,6 +221,7 @@ class SchedulerLoop:
         if self._listener is not None:
             self._listener.stop()
         if self._pool is not None:
+            started = time.monotonic()
             if self.in_flight:
                 logger.warning(
                     "stopping: draining %s attempts for up to %ss%s",
@@ -230,7 +231,10 @@ class SchedulerLoop:
                 )
             else:
                 logger.info("stopping: no attempt in flight")
-            drained = self._pool.stop(self.drain_seconds)
+            # What follows a handed-off outcome's commit is queued behind the pool's stop: wait for
+            # the attempts in flight to end before stopping it.
+            idle = self.wait_idle(self.drain_seconds)
+            drained = self._pool.stop(max(0.0, self.drain_seconds - (time.monotonic() - started))) and idle
             if not drained:
                 logger.warning("drain timed out with %s attempts in flight", len(self.in_flight))
         if self._writer is not None:
@@ -307,22 +311,25 @@ class SchedulerLoop:
 
     def _needs_work(self) -> bool:
         """Claim again once the queued batch has been taken up, so claims stay batched."""
-        with self._lock:
-            busy = len(self.in_flight)
+        busy = self._busy()
         return busy < self.workers if self.inline else busy <= self.workers
+
+    def _busy(self) -> int:
+        """Attempts in flight that still hold a worker or wait for one (not those handed off)."""
+        with self._lock:
+            return sum(1 for attempt in self.in_flight.values() if not attempt.handed_off)
 
     def claim_and_dispatch(self, now: datetime) -> int:
         # Threaded runners claim one batch ahead, so a worker that finishes finds its
         # next attempt queued instead of waiting for a claim round trip.
         capacity = self.workers if self.inline else self.workers * 2
-        with self._lock:
-            free = capacity - len(self.in_flight)
+        free = capacity - self._busy()
         claimed, ended = claims.claim(now, self.node_id, free, self.lease_seconds)
         for item in ended:
             self._write_log(item.execution, item.task_name, item.log_status)
         attempts = []
         for claim in claimed:
-            attempt = Attempt(claim, journal=self._writer)
+            attempt = Attempt(claim, journal=self._writer, follow_up=self._follow_up if self._pool else None)
             assert claim.execution.lease_expires_at is not None
             attempt.lease_deadline = self._local(claim.execution.lease_expires_at)
             with self._lock:
@@ -367,7 +374,7 @@ class SchedulerLoop:
             deadlines = [
                 a.lease_deadline - self._fence_margin()
                 for a in self.in_flight.values()
-                if not a.cancelled.is_set()
+                if not a.cancelled.is_set() and not a.handed_off
             ]
             deadlines += [
                 limit.next_deadline()
@@ -384,7 +391,11 @@ class SchedulerLoop:
         """Cancel attempts whose lease could not be renewed in time: another runner may own them now."""
         now = time.monotonic() + self._fence_margin()
         with self._lock:
-            overdue = [attempt for attempt in self.in_flight.values() if now >= attempt.lease_deadline]
+            overdue = [
+                attempt
+                for attempt in self.in_flight.values()
+                if now >= attempt.lease_deadline and not attempt.handed_off
+            ]
         for attempt in overdue:
             attempt.cancel("lease lost", lease_lost=True)
 
@@ -427,7 +438,7 @@ class SchedulerLoop:
         self._last_renewal = time.monotonic()
         now = self.clock.now()
         with self._lock:
-            attempts = list(self.in_flight.values())
+            attempts = [attempt for attempt in self.in_flight.values() if not attempt.handed_off]
         try:
             Runner.objects.filter(node_id=self.node_id).update(last_seen_at=now)
             if not attempts:
@@ -456,13 +467,31 @@ class SchedulerLoop:
     # -- helpers -------------------------------------------------------------
 
     def _run_attempt(self, attempt: Attempt) -> None:
+        handed_off = False
         try:
-            run_attempt(attempt, self.node_id, self.clock)
+            handed_off = run_attempt(attempt, self.node_id, self.clock)
         except Exception:
             logger.exception("attempt of %s crashed the worker", attempt.claim.execution.occurrence_id)
         finally:
             db.drop_broken_connections()
-            self._forget(attempt)
+            if not handed_off:
+                self._forget(attempt)
+
+    def _follow_up(self, attempt: Attempt, work: Callable[[], object]) -> None:
+        """Called on the writer's thread once a handed-off outcome is committed (or failed): a worker
+        runs what follows, and only then is the attempt out of flight."""
+
+        def follow() -> None:
+            try:
+                work()
+            except Exception:
+                logger.exception("recording the outcome of %s failed", attempt.claim.execution.occurrence_id)
+            finally:
+                db.drop_broken_connections()
+                self._forget(attempt)
+
+        assert self._pool is not None
+        self._pool.submit(follow)
 
     def _write_log(self, execution: Execution, task_name: str, status: str) -> None:
         finished = execution.finished_at or self.clock.now()

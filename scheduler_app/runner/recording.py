@@ -4,6 +4,8 @@ finish, and the direct journal (inline runs, and the writer's fallback for one a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,6 +53,16 @@ class JournalPort(Protocol):
         """Record an outcome; (what was recorded, recorded, log row written with it)."""
         ...
 
+    def finish_then(
+        self,
+        attempt: Attempt,
+        outcome: Outcome,
+        from_status: str,
+        then: Callable[[Future[tuple[Finish, bool, bool]]], None],
+    ) -> None:
+        """Record an outcome without waiting for it: ``then`` gets the answer of ``finish``, once known."""
+        ...
+
 
 class DirectJournal:
     """Each start and outcome in a transaction of its own, on the calling thread's connection."""
@@ -65,6 +77,20 @@ class DirectJournal:
 
     def finish(self, attempt: Attempt, outcome: Outcome, from_status: str) -> tuple[Finish, bool, bool]:
         return record_finish(plan_finish(attempt, self.clock.now(), outcome, from_status), self.node)
+
+    def finish_then(
+        self,
+        attempt: Attempt,
+        outcome: Outcome,
+        from_status: str,
+        then: Callable[[Future[tuple[Finish, bool, bool]]], None],
+    ) -> None:
+        answer: Future[tuple[Finish, bool, bool]] = Future()
+        try:
+            answer.set_result(self.finish(attempt, outcome, from_status))
+        except Exception as exc:
+            answer.set_exception(exc)
+        then(answer)
 
 
 def record_start(attempt: Attempt, node: str, now: datetime) -> bool:

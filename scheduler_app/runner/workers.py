@@ -1,5 +1,5 @@
-"""The runner's worker threads: each takes attempts from one queue and runs them; one stuck in a
-handler past its time limit is replaced (runner/limits.py)."""
+"""The runner's worker threads: each takes attempts, and what follows their outcomes' commits, from
+one queue and runs them; one stuck in a handler past its time limit is replaced (runner/limits.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class WorkerPool:
     """Threads that run attempts; each closes its database connections when it ends."""
 
     def __init__(self, size: int, work: Callable[[Attempt], None]) -> None:
-        self._queue: queue.Queue[Attempt | None] = queue.Queue()
+        self._queue: queue.Queue[Attempt | Callable[[], None] | None] = queue.Queue()
         self._work = work
         self._waiting = 0  # threads blocked on the queue
         self._lock = threading.Lock()  # guards the count, the live threads and what they run
@@ -42,10 +42,13 @@ class WorkerPool:
                 item = self._queue.get()
                 with self._lock:
                     self._waiting -= 1
-                    if item is not None:
+                    if isinstance(item, Attempt):
                         self._running[me] = item
                 if item is None:
                     break
+                if not isinstance(item, Attempt):
+                    item()
+                    continue
                 try:
                     self._work(item)
                 finally:
@@ -61,8 +64,9 @@ class WorkerPool:
         with self._lock:
             return max(0, self._waiting - self._queue.qsize())
 
-    def submit(self, attempt: Attempt) -> None:
-        self._queue.put(attempt)
+    def submit(self, work: Attempt | Callable[[], None]) -> None:
+        """Queue an attempt to run, or a call (what follows an outcome's commit; it must not raise)."""
+        self._queue.put(work)
 
     def replace(self, attempt: Attempt) -> None:
         """Start a thread in place of the one stuck in ``attempt``'s handler, which is left to end

@@ -1,6 +1,7 @@
 """Group commit: one thread records the starts and outcomes of many attempts in shared transactions.
 
-Workers hand their writes here and wait for the answer. What arrives while a
+Workers hand their writes here and wait for the answer, or, for an outcome, hand it on and go
+on to their next attempt (``finish_then``). What arrives while a
 batch is being written forms the next batch, so under load one write carries
 the starts, or the outcomes, of many attempts (``Statements.start_batch`` and
 ``finish_batch``: a transaction of a few statements on the ORM, one statement
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -64,6 +66,19 @@ class JournalWriter:
         """Record an outcome at the time of its commit; (what was recorded, recorded, log row written with it)."""
         result: tuple[Finish, bool, bool] = self._submit(_Request(attempt, outcome, from_status))
         return result
+
+    def finish_then(
+        self,
+        attempt: Attempt,
+        outcome: Outcome,
+        from_status: str,
+        then: Callable[[Future[tuple[Finish, bool, bool]]], None],
+    ) -> None:
+        """Queue an outcome and return at once; ``then`` runs on this thread once it is committed
+        (or failed), so it must only hand the answer on."""
+        request = _Request(attempt, outcome, from_status)
+        request.answer.add_done_callback(then)
+        self._queue.put(request)
 
     def stop(self, timeout: float) -> None:
         self._queue.put(None)
