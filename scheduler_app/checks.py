@@ -65,7 +65,9 @@ CHECKS: dict[str, Check] = {
         Error, "SCHEDULER_APP['LEASE_SECONDS'] must be a positive number.", "Give seconds, such as 300."
     ),
     "scheduler_app.E008": Check(
-        Error, "SCHEDULER_APP['WORKERS'] must be a positive integer.", "Give a thread count, such as 4."
+        Error,
+        "SCHEDULER_APP['WORKERS'] must be a positive integer or None.",
+        "Give a thread count, such as 16, or None for the default.",
     ),
     "scheduler_app.E009": Check(
         Error,
@@ -271,7 +273,7 @@ def _is_timeout(value: Any) -> bool:
 VALUE_RULES: tuple[tuple[str, str, str | None, Callable[[Any], bool]], ...] = (
     ("scheduler_app.E006", "TICK_INTERVAL", None, _is_positive_number),
     ("scheduler_app.E007", "LEASE_SECONDS", None, _is_positive_number),
-    ("scheduler_app.E008", "WORKERS", None, _is_positive_int),
+    ("scheduler_app.E008", "WORKERS", None, lambda value: value is None or _is_positive_int(value)),
     ("scheduler_app.E009", "MISFIRE_GRACE_SECONDS", None, lambda value: is_number(value) and value >= 1),
     ("scheduler_app.E010", "DRAIN_SECONDS", None, _is_positive_number),
     ("scheduler_app.E011", "MAX_LOGS", None, lambda value: value is None or _is_positive_int(value)),

@@ -11,7 +11,8 @@ from django.dispatch import receiver
 DEFAULTS: dict[str, Any] = {
     "TICK_INTERVAL": 1.0,
     "LEASE_SECONDS": 300,
-    "WORKERS": 4,
+    # Worker threads per runner; None: DEFAULT_WORKERS, or SQLITE_WORKERS on SQLite (runner/loop.py).
+    "WORKERS": None,
     "NODE_ID": None,
     "MISFIRE_GRACE_SECONDS": 60,
     "DRAIN_SECONDS": 30,

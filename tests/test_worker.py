@@ -245,3 +245,41 @@ def test_stopping_waits_for_what_follows_handed_off_outcomes(monkeypatch):
         assert in_flight_at_pool_stop == [0]
         assert FINISHED == [Status.SUCCESS, Status.SUCCESS]
     assert [status_of(e) for e in executions] == [Status.SUCCESS, Status.SUCCESS]
+
+
+def test_the_pool_starts_threads_as_work_arrives_up_to_its_size_and_ends_them_when_idle():
+    from scheduler_app.runner.workers import WorkerPool
+
+    pool = WorkerPool(2, lambda attempt: None, idle_seconds=0.2)
+    assert (pool.threads(), pool.idle()) == (0, 2)
+    release = threading.Event()
+    ran: list[int] = []
+
+    def work(n: int):
+        return lambda: release.wait(20) and ran.append(n)
+
+    try:
+        for n in range(3):
+            pool.submit(work(n))
+        assert pool.threads() == 2
+        assert pool.idle() == 0
+        release.set()
+        wait_for(lambda: sorted(ran) == [0, 1, 2])
+        wait_for(lambda: pool.threads() == 0)
+        pool.submit(work(3))
+        wait_for(lambda: ran[-1:] == [3])
+        assert pool.threads() == 1
+    finally:
+        release.set()
+        assert pool.stop(10)
+    assert pool.threads() == 0
+
+
+def test_the_default_worker_count_is_sixteen_and_four_on_sqlite():
+    from django.db import connection
+
+    from scheduler_app.runner.loop import SchedulerLoop
+
+    expected = 4 if connection.vendor == "sqlite" else 16
+    assert SchedulerLoop(node_id="defaults").workers == expected
+    assert SchedulerLoop(node_id="given", workers=3).workers == 3

@@ -32,10 +32,19 @@ TRIGGER_GATHER = 0.02
 # Wake this long after a known due instant, so the probe's clock has passed it.
 EVENT_SLACK = 0.002
 DATABASE_ERRORS = (DatabaseError, InterfaceError)
+# Worker threads when WORKERS is None. Threads start as work arrives and end after a minute
+# without any (runner/workers.py), so an idle runner holds none. SQLite takes one write at a time:
+# more threads there would only queue on its lock.
+DEFAULT_WORKERS = 16
+SQLITE_WORKERS = 4
 
 
 class RunnerFailed(Exception):
     """``run(once=True)`` could not do its one tick; the message says why, without secrets."""
+
+
+def default_workers() -> int:
+    return SQLITE_WORKERS if connections[DEFAULT_DB_ALIAS].vendor == "sqlite" else DEFAULT_WORKERS
 
 
 def default_node_id() -> str:
@@ -57,7 +66,9 @@ class SchedulerLoop:
         inline: bool = False,
     ) -> None:
         self.node_id = node_id or scheduler_settings.NODE_ID or default_node_id()
-        self.workers = int(workers if workers is not None else scheduler_settings.WORKERS)
+        if workers is None:
+            workers = scheduler_settings.WORKERS or default_workers()
+        self.workers = int(workers)
         self.tick_interval = float(
             tick_interval if tick_interval is not None else scheduler_settings.TICK_INTERVAL
         )

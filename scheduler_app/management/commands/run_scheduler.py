@@ -49,7 +49,9 @@ class Command(OfflineChecksCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--once", action="store_true", help="Run one tick, wait for its attempts, exit.")
-        parser.add_argument("--workers", type=positive_int, help="Attempts run at once (default WORKERS).")
+        parser.add_argument(
+            "--workers", type=positive_int, help="Attempts run at once (default WORKERS: 16, 4 on SQLite)."
+        )
         parser.add_argument("--tick-interval", type=positive_float, help="Seconds between ticks.")
         parser.add_argument("--lease", type=positive_float, help="Lease length in seconds.")
         parser.add_argument("--node-id", help="This runner's id (default host:pid).")
