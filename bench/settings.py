@@ -12,3 +12,7 @@ if os.environ.get("BENCH_PREPARE_THRESHOLD") and DATABASES["default"]["ENGINE"].
         **DATABASES["default"].get("OPTIONS", {}),  # noqa: F405
         "prepare_threshold": int(os.environ["BENCH_PREPARE_THRESHOLD"]),
     }
+
+# BENCH_PREPARED_STATEMENTS=0 turns off what the scheduler prepares by default (for a comparison).
+if os.environ.get("BENCH_PREPARED_STATEMENTS") == "0":
+    SCHEDULER_APP = {**SCHEDULER_APP, "PREPARED_STATEMENTS": False}

@@ -208,6 +208,12 @@ CHECKS: dict[str, Check] = {
         "SCHEDULER_APP['TASK_MODULES'] holds {module!r}, which cannot be imported ({error}).",
         "Give the dotted name of a module on the Python path, such as reports.tasks.",
     ),
+    "scheduler_app.E043": Check(
+        Error,
+        "SCHEDULER_APP['PREPARED_STATEMENTS'] must be True, False or None.",
+        "Leave it None (prepared unless DISABLE_SERVER_SIDE_CURSORS is set), or give False behind a"
+        " transaction-mode pooler that does not keep prepared statements.",
+    ),
     "scheduler_app.W001": Check(
         Warning,
         "SCHEDULER_APP['REDIS_URL'] is not a redis://, rediss:// or unix:// URL; wake-ups will fail.",
@@ -279,6 +285,12 @@ VALUE_RULES: tuple[tuple[str, str, str | None, Callable[[Any], bool]], ...] = (
     ("scheduler_app.E011", "MAX_LOGS", None, lambda value: value is None or _is_positive_int(value)),
     ("scheduler_app.E012", "RETENTION_DAYS", None, lambda value: value is None or _is_positive_int(value)),
     ("scheduler_app.E035", "HOOK_TIMEOUT", None, _is_positive_number),
+    (
+        "scheduler_app.E043",
+        "PREPARED_STATEMENTS",
+        None,
+        lambda value: value is None or isinstance(value, bool),
+    ),
     ("scheduler_app.E015", "HTTP", "TIMEOUT", _is_timeout),
     ("scheduler_app.E016", "HTTP", "MAX_RESPONSE_BYTES", _is_positive_int),
     ("scheduler_app.E017", "HTTP", "RESULT_MAX_BYTES", _is_positive_int),

@@ -39,6 +39,9 @@ DEFAULTS: dict[str, Any] = {
     "TASKS": [],
     # Dotted paths of the REST API's DRF permission classes; None: staff with model permissions.
     "API_PERMISSION_CLASSES": None,
+    # PostgreSQL: prepare the runner's and triggers' fixed statements. None: yes, unless the
+    # database's DISABLE_SERVER_SIDE_CURSORS says a transaction-mode pooler is in between.
+    "PREPARED_STATEMENTS": None,
 }
 
 

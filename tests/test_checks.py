@@ -74,6 +74,7 @@ TRIGGERS = [
     ("scheduler_app.E041", {"TASK_MODULES": "tests.outside_tasks"}),
     ("scheduler_app.E041", {"TASK_MODULES": [""]}),
     ("scheduler_app.E042", {"TASK_MODULES": ["tests.nowhere"]}),
+    ("scheduler_app.E043", {"PREPARED_STATEMENTS": "auto"}),
 ]
 # Conditions of Django's own settings: (id, SCHEDULER_APP, the Django settings that trigger it).
 DJANGO_TRIGGERS = [
