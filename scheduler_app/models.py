@@ -195,7 +195,9 @@ class Execution(models.Model):
             models.UniqueConstraint(fields=["task_id", "idempotency_key"], name="scheduler_execution_key"),
         ]
         indexes = [
-            models.Index(fields=["status", "due_at"], name="scheduler_execution_due"),
+            # Claims read due rows in (due_at, sequence) order and stop at their limit: with the
+            # sequence in the index they read no more rows than they lock, however many are due.
+            models.Index(fields=["status", "due_at", "sequence"], name="scheduler_execution_due"),
             models.Index(fields=["status", "lease_expires_at"], name="scheduler_execution_lease"),
             models.Index(fields=["task_id", "status"], name="scheduler_execution_task"),
         ]

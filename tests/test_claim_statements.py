@@ -3,6 +3,7 @@ exactly what the ORM path claims: the same rows, limits, interruptions, tokens a
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -85,3 +86,55 @@ def test_the_fixed_statements_claim_what_the_orm_claims(clock, monkeypatch):
     claimed, ended, _ = fast
     assert claimed == [("five", "a"), ("five", "b"), ("two", "a"), ("two", "b")]
     assert ended == ["off"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the fixed claim statements are PostgreSQL's")
+def test_a_claim_reads_due_rows_in_index_order_and_no_more_than_it_locks(clock, monkeypatch):
+    """However many rows are due, the candidates are read in (due_at, sequence) order from the
+    index and the read stops at the limit: no sort of every due row (a burst of 10,000 due rows
+    made each claim read them all)."""
+    import json
+
+    from scheduler_app.postgres import claims as fixed
+
+    scheduler.register(definition("many", cron="0 0 1 1 *", max_concurrency=5))
+    now = clock.now()
+    Execution.objects.bulk_create(
+        Execution(
+            occurrence_id=uuid.uuid4(),
+            task_id="many",
+            task_revision=1,
+            trigger_type="manual",
+            status=Status.PENDING,
+            due_at=now - timedelta(seconds=n % 7),
+            params={},
+            max_attempts=1,
+            created_at=now,
+            updated_at=now,
+        )
+        for n in range(3000)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    sent: list[tuple[str, list[Any]]] = []
+    monkeypatch.setattr(
+        fixed, "_fetch", lambda model, sql, params, names=None: sent.append((sql, params)) or []
+    )
+    fixed.candidates(now, 40)
+    ((sql, params),) = sent
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+        """The plan's nodes, without the subquery's (the slot counts of tasks at capacity)."""
+        children = [c for c in node.get("Plans", []) if c.get("Parent Relationship") != "SubPlan"]
+        return [node, *(n for child in children for n in nodes(child))]
+
+    every = nodes(plan[0]["Plan"])
+    assert "Sort" not in [n["Node Type"] for n in every]
+    (scan,) = [
+        n for n in every if n.get("Relation Name") == "scheduler_app_execution" and n.get("Alias") == "e"
+    ]
+    assert scan["Actual Rows"] <= 40
