@@ -212,3 +212,18 @@ def test_every_claimed_row_gets_a_token_of_its_own_and_a_new_one_at_each_claim(c
     Execution.objects.update(status=Status.PENDING, execution_token="", owner="")
     again, _ = claims.claim(clock.now(), "node-b", 3, 60)
     assert not {c.token for c in again} & set(tokens)
+
+
+def test_event_rows_carry_no_database_foreign_key_and_go_with_their_execution(clock):
+    """The database checks no key per event row (four per execution on the hot path); deleting an
+    execution through Django still deletes its events."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        keys = connection.introspection.get_constraints(cursor, ExecutionEvent._meta.db_table)
+    assert [name for name, c in keys.items() if c["foreign_key"]] == []
+    (attempt,) = claimed(clock, "gone", 1)
+    execution = Execution.objects.get(sequence=attempt.claim.execution.sequence)
+    assert ExecutionEvent.objects.filter(execution=execution).count() == 2
+    execution.delete()
+    assert not ExecutionEvent.objects.filter(execution_id=attempt.claim.execution.sequence).exists()
