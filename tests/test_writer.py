@@ -222,6 +222,7 @@ def test_event_rows_carry_no_database_foreign_key_and_go_with_their_execution(cl
     with connection.cursor() as cursor:
         keys = connection.introspection.get_constraints(cursor, ExecutionEvent._meta.db_table)
     assert [name for name, c in keys.items() if c["foreign_key"]] == []
+    assert any(c["columns"] == ["execution_id"] and c["index"] for c in keys.values())
     (attempt,) = claimed(clock, "gone", 1)
     execution = Execution.objects.get(sequence=attempt.claim.execution.sequence)
     assert ExecutionEvent.objects.filter(execution=execution).count() == 2
