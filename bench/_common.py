@@ -341,6 +341,11 @@ class Processes:
         return codes
 
 
+def workers_option(workers: int | None) -> tuple[str, ...]:
+    """run_scheduler's --workers, or nothing (the WORKERS setting) when ``workers`` is None."""
+    return ("--workers", str(workers)) if workers else ()
+
+
 def vm_hwm_kb(pid: int) -> int | None:
     """Peak resident set size of a live process, in kB (None when it is gone)."""
     try:

@@ -17,7 +17,7 @@ uses the server at PGHOST/PGPORT instead.
 
 Run (from the repository root; about a minute per size plus the burst):
 
-    .venv/bin/python bench/w1_burst.py [--tasks 1000,10000] [--runners 2] [--workers 32] [--lead 40]
+    .venv/bin/python bench/w1_burst.py [--tasks 1000,10000] [--runners 2] [--workers N] [--lead 40]
 
 Writes bench/results/w1_burst.json.
 """
@@ -42,6 +42,7 @@ from _common import (
     private_postgres,
     summary,
     wait_until,
+    workers_option,
     write_results,
 )
 from noop_hook import read_side_effects
@@ -70,7 +71,7 @@ def one_size(args: argparse.Namespace, n: int) -> dict[str, Any]:
         statements = pg_stat_statements_ready()
         env = {"BENCH_SIDE_EFFECTS": folder}
         runners = [
-            procs.start_runner(db, f"w1-{k}", "--workers", str(args.workers), env=env)
+            procs.start_runner(db, f"w1-{k}", *workers_option(args.workers), env=env)
             for k in range(args.runners)
         ]
         started = time.time()
@@ -128,12 +129,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="1000,10000", help="comma-separated sizes")
     parser.add_argument("--runners", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument(
+        "--workers", type=int, help="run_scheduler --workers; default: the WORKERS setting's default"
+    )
     parser.add_argument("--lead", type=float, default=40.0)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--shared-pg", action="store_true")
     args = parser.parse_args()
-    results: dict[str, Any] = {"runners": args.runners, "workers": args.workers}
+    results: dict[str, Any] = {"runners": args.runners, "workers": args.workers or "default"}
     with ExitStack() as stack:
         if not args.shared_pg:
             stack.enter_context(private_postgres())

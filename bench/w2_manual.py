@@ -1,6 +1,6 @@
 """W2, manual burst: one producer triggers a no-op task as fast as the Python API allows.
 
-K warm, idle runner processes (`run_scheduler --workers W`) and one task whose
+K warm, idle runner processes (`run_scheduler`, with `--workers W` when given) and one task whose
 cron never fires. The producer (this process) calls scheduler.trigger(task)
 --triggers times in a loop, as fast as it returns. The handler is the no-op
 hook of bench/noop_hook.py: one line `<task id>,<time>,<occurrence id>` per
@@ -28,7 +28,7 @@ uses the server at PGHOST/PGPORT instead.
 
 Run (from the repository root):
 
-    .venv/bin/python bench/w2_manual.py [--triggers 2000] [--runners 2] [--workers 16]
+    .venv/bin/python bench/w2_manual.py [--triggers 2000] [--runners 2] [--workers N]
                                         [--redis-url redis://127.0.0.1:6379/0 | --redis-url ""]
                                         [--history 10000] [--prepare-threshold 5 | none] [--repeat 5]
 
@@ -62,6 +62,7 @@ from _common import (
     seed_history,
     summary,
     wait_until,
+    workers_option,
     write_results,
 )
 from noop_hook import read_side_effects
@@ -86,7 +87,7 @@ def one_pass(args: argparse.Namespace, concurrency: int, triggers: int) -> dict[
             analyze()
         env = {"BENCH_SIDE_EFFECTS": folder}
         runners = [
-            procs.start_runner(db, f"w2-{i}", "--workers", str(args.workers), env=env)
+            procs.start_runner(db, f"w2-{i}", *workers_option(args.workers), env=env)
             for i in range(args.runners)
         ]
         if not wait_until(lambda: Runner.objects.count() == args.runners, 60):
@@ -161,7 +162,9 @@ def main() -> None:
     parser.add_argument("--triggers", type=int, default=2000)
     parser.add_argument("--serial-triggers", type=int, default=500)
     parser.add_argument("--runners", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument(
+        "--workers", type=int, help="run_scheduler --workers; default: the WORKERS setting's default"
+    )
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--shared-pg", action="store_true")
@@ -188,7 +191,7 @@ def main() -> None:
         os.environ["BENCH_PREPARE_THRESHOLD"] = str(int(args.prepare_threshold))
     results: dict[str, Any] = {
         "runners": args.runners,
-        "workers": args.workers,
+        "workers": args.workers or "default",
         "redis": bool(args.redis_url),
         "history": args.history,
         "prepare_threshold": args.prepare_threshold,
