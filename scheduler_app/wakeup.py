@@ -1,6 +1,8 @@
-"""Optional Redis wake-ups: a trigger wakes idle runners at once instead of at the next tick.
+"""Wake-ups: a trigger wakes idle runners at once instead of at the next tick.
 
-Redis only speeds things up; when it is down or flushed runners still find
+Through Redis when REDIS_URL is set, else through PostgreSQL's LISTEN/NOTIFY when the journal is
+on PostgreSQL (``postgres/notify.py``); on other databases runners find work at their next tick.
+Wake-ups only speed things up; when Redis or the notifications are down, runners still find
 work at their next tick.
 """
 
@@ -11,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from scheduler_app.conf import scheduler_settings
@@ -126,7 +128,9 @@ class _Sender:
     def _run(self) -> None:
         pending = self.pending
         while True:
-            pending.wait()
+            if not pending.wait(DATABASE_IDLE_SECONDS):
+                _close_database_sender()  # no connection kept by a process that stopped triggering
+                pending.wait()
             pending.clear()
             _publish()
             time.sleep(SPACING)
@@ -135,21 +139,41 @@ class _Sender:
         if self._pid == os.getpid() and self.pending.is_set():
             self.pending.clear()
             _publish()
+        _close_database_sender()
 
 
 _sender = _Sender()
 atexit.register(_sender.flush)
 os.register_at_fork(after_in_child=_sender.reset)
+# The sender thread closes a database connection it sends on after this long without a wake-up.
+DATABASE_IDLE_SECONDS = 2.0
+_database_senders: set[Any] = set()
+
+
+def _database_wake_ups() -> Any:
+    """The journal database's own wake-ups (PostgreSQL's LISTEN/NOTIFY), or None."""
+    from scheduler_app.statements import journal_statements
+
+    return journal_statements().wake_ups()
+
+
+def _close_database_sender() -> None:
+    for sender in list(_database_senders):
+        sender.close()
 
 
 def notify() -> None:
     """Wake runners soon after this call; never fails or delays the caller."""
-    if scheduler_settings.REDIS_URL:
+    if scheduler_settings.REDIS_URL or _database_wake_ups() is not None:
         _sender.request()
 
 
 def _publish() -> None:
     if not scheduler_settings.REDIS_URL:
+        database = _database_wake_ups()
+        if database is not None:
+            _database_senders.add(database.SENDER)
+            database.SENDER.send()
         return
     try:
         _publisher().publish(CHANNEL, b"1")
@@ -159,8 +183,37 @@ def _publish() -> None:
         _publish_outage.succeeded()
 
 
+class Waker(Protocol):
+    """What a runner listens with: ``heard`` is set with its wake event when a trigger woke it."""
+
+    heard: threading.Event
+
+    def stop(self) -> None: ...
+
+
+def start_listener(wake: threading.Event) -> Waker | None:
+    """Listen for wake-ups, through Redis or PostgreSQL (see the module's docstring); None: ticks only."""
+    if scheduler_settings.REDIS_URL:
+        return Listener.start_if_configured(wake)
+    database = _database_wake_ups()
+    if database is None:
+        return None
+    listener: Waker = database.Listener(wake)
+    listener.start()  # type: ignore[attr-defined]
+    return listener
+
+
+def description(tick_interval: float) -> str:
+    """How a runner hears of triggers, for its start-up line."""
+    if scheduler_settings.REDIS_URL:
+        return f"Redis wake-ups from {redis_location()}"
+    if _database_wake_ups() is not None:
+        return "PostgreSQL LISTEN/NOTIFY wake-ups"
+    return f"no wake-ups (work is found by ticks every {tick_interval:g}s)"
+
+
 class Listener(threading.Thread):
-    """Sets ``wake`` whenever a wake-up arrives on the channel; reconnects after errors."""
+    """Sets ``wake`` whenever a wake-up arrives on the Redis channel; reconnects after errors."""
 
     def __init__(self, wake: threading.Event) -> None:
         super().__init__(name="scheduler-redis-listener", daemon=True)

@@ -15,7 +15,7 @@ from unittest import mock
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import OperationalError
+from django.db import OperationalError, connection
 from django.test import override_settings
 from django.urls import reverse
 
@@ -47,7 +47,10 @@ def test_run_scheduler_says_who_it_is_at_start_at_the_default_verbosity(caplog):
         call_command("run_scheduler", "--once", "--workers", "3", "--node-id", "cli", stdout=output)
     first = output.getvalue().splitlines()[0]
     assert first.startswith(f"scheduler_app {__version__} runner cli started: ")
-    assert ", 3 workers, no Redis (work is found by ticks every 1s)" in first
+    if connection.vendor == "postgresql":
+        assert first.endswith(", 3 workers, PostgreSQL LISTEN/NOTIFY wake-ups")
+    else:
+        assert first.endswith(", 3 workers, no wake-ups (work is found by ticks every 1s)")
     # --once ends without a signal: nothing tells the operator to signal again.
     assert "signal again" not in caplog.text
     quiet = StringIO()

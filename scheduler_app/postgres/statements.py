@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from scheduler_app.models import Execution, Task
-from scheduler_app.postgres import batch, binding, claims, trigger
+from scheduler_app.postgres import batch, binding, claims, notify, trigger
 from scheduler_app.statements.orm import Statements
 
 if TYPE_CHECKING:
@@ -20,6 +20,9 @@ class PostgresStatements(Statements):
     """Each method does what the ORM's does (tests run both), in one statement where that has several."""
 
     lone_batches = True
+
+    def wake_ups(self) -> Any:
+        return notify if notify.available() else None
 
     @contextmanager
     def cursor(self, connection: Any) -> Iterator[Any]:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, router, transaction
 
 from scheduler_app import __version__, database_errors, db, journal, logs, wakeup
 from scheduler_app.conf import scheduler_settings
@@ -23,6 +23,7 @@ from scheduler_app.runner.clock import Clock, DatabaseClock
 from scheduler_app.runner.workers import WorkerPool
 from scheduler_app.runner.writer import JournalWriter, start_batch
 from scheduler_app.services import scheduler
+from scheduler_app.statements import journal_statements
 
 logger = logging.getLogger("scheduler_app")
 
@@ -44,7 +45,11 @@ class RunnerFailed(Exception):
 
 
 def default_workers() -> int:
-    return SQLITE_WORKERS if connections[DEFAULT_DB_ALIAS].vendor == "sqlite" else DEFAULT_WORKERS
+    """WORKERS when it is None, by the journal's database."""
+    connection = connections[router.db_for_write(Execution)]
+    return (
+        SQLITE_WORKERS if journal_statements(connection).writes_one_at_a_time(connection) else DEFAULT_WORKERS
+    )
 
 
 def default_node_id() -> str:
@@ -85,7 +90,7 @@ class SchedulerLoop:
         self._stopping = threading.Event()
         self._pool: WorkerPool | None = None
         self._writer: JournalWriter | None = None
-        self._listener: wakeup.Listener | None = None
+        self._listener: wakeup.Waker | None = None
         self._last_renewal = 0.0
         self._last_prune = 0.0
         # The last probe: when it was sent (monotonic) and the database time it read.
@@ -118,15 +123,12 @@ class SchedulerLoop:
         if self.workers > 0 and not self.inline:
             self._writer = JournalWriter(self.node_id, self.clock)
             self._pool = WorkerPool(self.workers, self._run_attempt)
-        self._listener = wakeup.Listener.start_if_configured(self._wake)
+        self._listener = wakeup.start_listener(self._wake)
         logger.info("%s", self.description())
 
     def description(self) -> str:
         """One line saying who this runner is: version, node, database, workers, wake-ups."""
-        if scheduler_settings.REDIS_URL:
-            wakeups = f"Redis wake-ups from {wakeup.redis_location()}"
-        else:
-            wakeups = f"no Redis (work is found by ticks every {self.tick_interval:g}s)"
+        wakeups = wakeup.description(self.tick_interval)
         return (
             f"scheduler_app {__version__} runner {self.node_id} started:"
             f" {database_errors.location(DEFAULT_DB_ALIAS)}, {self.workers} workers, {wakeups}"

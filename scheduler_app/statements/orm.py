@@ -41,6 +41,15 @@ class Statements:
 
     lone_batches = False
 
+    def writes_one_at_a_time(self, connection: Any) -> bool:
+        """Whether the database takes one write at a time (SQLite): more worker threads only queue."""
+        return bool(connection.vendor == "sqlite")
+
+    def wake_ups(self) -> Any:
+        """How triggers wake runners through the database itself (``postgres/notify.py``: a
+        ``SENDER`` and a ``Listener``), or None: through Redis, or at the next tick."""
+        return None
+
     def clock_sql(self, connection: Any) -> str:
         """The SQL expression of the database's current time, for the runner's probe."""
         return CLOCK_SQL[connection.vendor]
