@@ -90,8 +90,8 @@ def test_a_stream_of_trigger_wake_ups_starts_at_most_one_tick_per_gather_interva
     running(tick_interval=30)
     scheduler.trigger("report", wait=10)  # run at once: the listener is subscribed
     before = len(runner_statements)
-    elapsed = stream_wake_ups(0.5)
-    # Each tick here is one probe: ~200 wake-ups, at most one tick per TRIGGER_GATHER.
+    elapsed = stream_wake_ups(25 * TRIGGER_GATHER)
+    # Each tick here is one probe: a wake-up every 2 ms, at most one tick per TRIGGER_GATHER.
     assert len(runner_statements) - before <= elapsed / TRIGGER_GATHER + 5
 
 
@@ -108,7 +108,7 @@ def test_a_runner_whose_claims_find_the_due_rows_held_by_another_claim_ticks_hal
     with transaction.atomic():
         Task.objects.select_for_update().get(id="report")  # as another runner's claim holds it
         before = len(runner_statements)
-        elapsed = stream_wake_ups(0.6)
+        elapsed = stream_wake_ups(30 * TRIGGER_GATHER)
         ticks = probes(runner_statements[before:])
         assert Execution.objects.get(sequence=waiting.sequence).status == Status.PENDING
     # One tick per 1.5 gathers (a tick per gather would be 30).
