@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -22,32 +23,43 @@ BUILTIN: dict[str, str] = {
 
 
 class HandlerRegistry:
-    """Maps a handler ``kind`` to its Handler instance, loaded once."""
+    """Maps a handler ``kind`` to its Handler instance, each kind loaded on its first use.
+
+    A kind's module is imported only when a task of that kind is validated or run, so a
+    runner that runs only python tasks never imports requests (api) or the js pool.
+    """
 
     def __init__(self) -> None:
-        self._handlers: dict[str, Handler] | None = None
+        # Kinds loaded so far; None for a kind whose path cannot be imported (logged once).
+        self._handlers: dict[str, Handler | None] = {}
+        self._lock = threading.RLock()  # a handler module may use the registry as it loads
         self._hook_handler = HookHandler()
 
-    def _load(self) -> dict[str, Handler]:
-        if self._handlers is None:
-            paths = {**BUILTIN, **scheduler_settings.HANDLERS}
-            handlers: dict[str, Handler] = {}
-            for kind, target in paths.items():
+    def _paths(self) -> dict[str, Any]:
+        return {**BUILTIN, **scheduler_settings.HANDLERS}
+
+    def _load(self, kind: str, target: Any) -> Handler | None:
+        with self._lock:
+            if kind not in self._handlers:
                 try:
                     factory = import_string(target) if isinstance(target, str) else target
                 except ImportError:
                     # Reported by check scheduler_app.E003; tasks of this kind are refused or interrupted.
                     logger.error("handler kind %r cannot be imported from %r", kind, target)
-                    continue
-                handlers[kind] = factory()
-            self._handlers = handlers
-        return self._handlers
+                    self._handlers[kind] = None
+                else:
+                    self._handlers[kind] = factory()
+            return self._handlers[kind]
 
     def kinds(self) -> list[str]:
-        return sorted(self._load())
+        return sorted(kind for kind in self._paths() if self.get(kind) is not None)
 
     def get(self, kind: str) -> Handler | None:
-        return self._load().get(kind)
+        try:
+            return self._handlers[kind]
+        except KeyError:
+            target = self._paths().get(kind)
+            return None if target is None else self._load(kind, target)
 
     def for_config(self, config: dict[str, Any] | None) -> Handler | None:
         """The handler for a task's handler config; None config means the hooks."""
@@ -79,7 +91,7 @@ class HandlerRegistry:
         return restore_masked(submitted, stored, self.masked(stored))
 
     def reset(self) -> None:
-        self._handlers = None
+        self._handlers = {}
 
 
 registry = HandlerRegistry()
