@@ -16,12 +16,12 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, router
 from django.utils.module_loading import import_string
-from rest_framework.permissions import BasePermission, OperandHolder, SingleOperandHolder
 
 from scheduler_app import jobs
 from scheduler_app.conf import DEFAULTS, scheduler_settings
 from scheduler_app.exceptions import InvalidDefinition
 from scheduler_app.handlers.hooks import HOOK_NAMES
+from scheduler_app.handlers.v8 import v8_available
 from scheduler_app.values import is_number
 
 HOST_NAME = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*\.?$", re.IGNORECASE)
@@ -500,6 +500,9 @@ def _permission_problems() -> Iterator[Problem]:
 
 
 def _is_permission_class(target: Any) -> bool:
+    # Imported here: only a project that sets API_PERMISSION_CLASSES needs DRF for its checks.
+    from rest_framework.permissions import BasePermission, OperandHolder, SingleOperandHolder
+
     # DRF also takes composed classes (IsAuthenticated & IsAdminUser), which are not types.
     if isinstance(target, (OperandHolder, SingleOperandHolder)):
         return True
@@ -517,8 +520,6 @@ def _listed(ids: list[str]) -> str:
 @register()
 def check_javascript_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W005: js tasks declared in TASKS where mini-racer (the js extra) is not installed."""
-    from scheduler_app.handlers.javascript import v8_available
-
     declared = getattr(settings, "SCHEDULER_APP", {})
     tasks = declared.get("TASKS", []) if isinstance(declared, dict) else []
     if not isinstance(tasks, (list, tuple)) or v8_available():
@@ -536,7 +537,6 @@ def check_javascript_tasks(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
     """W004: enabled js tasks in the database where mini-racer is not installed; one query, only then."""
-    from scheduler_app.handlers.javascript import v8_available
     from scheduler_app.models import Task
 
     alias = router.db_for_read(Task)

@@ -4,12 +4,80 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from django.test import override_settings
 
 from scheduler_app.handlers import BUILTIN, registry
 from scheduler_app.handlers.fake import FakeHandler
 from scheduler_app.handlers.python import PythonHandler
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What a runner that runs only python tasks never needs: the API's DRF, the api kind's HTTP client,
+# the js kind's handler, pool and V8, and Redis (no REDIS_URL).
+NOT_IMPORTED = [
+    "rest_framework",
+    "requests",
+    "urllib3",
+    "py_mini_racer",
+    "redis",
+    "scheduler_app.api",
+    "scheduler_app.handlers.http",
+    "scheduler_app.handlers.javascript",
+    "scheduler_app.handlers.js_pool",
+]
+JOBS = """
+from scheduler_app import job
+
+
+@job("noop")
+def noop(event):
+    return "done"
+"""
+PREPARE = """
+import django
+django.setup()
+from django.core.management import call_command
+from scheduler_app import scheduler
+call_command("migrate", verbosity=0)
+scheduler.register({"id": "py", "cron": "0 0 1 1 *", "handler": {"kind": "python", "function": "noop"}})
+scheduler.trigger("py")
+"""
+RUN = f"""
+import sys, django
+django.setup()
+from django.core.management import call_command
+call_command("run_scheduler", "--once", "--verbosity", "0")
+from scheduler_app.models import Execution
+print(Execution.objects.get().result)
+print(*sorted(name for name in {NOT_IMPORTED!r} if name in sys.modules))
+"""
+
+
+def test_a_runner_of_python_tasks_in_a_new_project_imports_no_other_kinds_library(tmp_path):
+    """A project as startproject makes it (the admin included), with scheduler_app and one @job."""
+    subprocess.run([sys.executable, "-m", "django", "startproject", "proj", str(tmp_path)], check=True)
+    (tmp_path / "jobs_app").mkdir()
+    (tmp_path / "jobs_app" / "__init__.py").write_text("")
+    (tmp_path / "jobs_app" / "jobs.py").write_text(JOBS)
+    with open(tmp_path / "proj" / "settings.py", "a") as settings:
+        settings.write('\nINSTALLED_APPS += ["scheduler_app", "jobs_app"]\n')
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path}:{ROOT}",
+        "DJANGO_SETTINGS_MODULE": "proj.settings",
+    }
+    subprocess.run([sys.executable, "-c", PREPARE], cwd=tmp_path, env=env, check=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", RUN], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    # The task ran, and nothing on the list was imported to run it.
+    assert done.stdout.splitlines() == ["done", ""]
 
 
 class CountedHandler(FakeHandler):

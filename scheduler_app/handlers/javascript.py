@@ -8,7 +8,6 @@ their attempts fail with ``scheduler:033``.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import threading
 import time
@@ -19,6 +18,7 @@ from scheduler_app.events import TaskEvent
 from scheduler_app.handlers.base import Handler, HandlerError
 from scheduler_app.handlers.js_child import JS_COMPILE_FAILED, JS_FAILED, JS_UNAVAILABLE, UNAVAILABLE
 from scheduler_app.handlers.js_pool import Pool, shared_pool
+from scheduler_app.handlers.v8 import v8_available
 from scheduler_app.values import is_number
 
 KEYS = frozenset({"kind", "code", "timeout"})
@@ -65,14 +65,6 @@ class JavaScriptHandler(Handler):
             return json.loads(answer["result"], parse_constant=_refuse)
         except (ValueError, RecursionError):
             raise HandlerError(JS_FAILED, "The result is not JSON.") from None
-
-
-def v8_available() -> bool:
-    """Whether mini-racer (the ``js`` extra) is installed for this Python; V8 itself is not loaded."""
-    try:
-        return importlib.util.find_spec("py_mini_racer") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def compile_error(code: str) -> str:
