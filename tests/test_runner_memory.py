@@ -1,5 +1,5 @@
-"""What a runner keeps in memory: only the libraries of the handler kinds it runs
-(bench/runner_rss.py measures the resulting RSS)."""
+"""What a runner keeps in memory: only the libraries of the handler kinds it runs, and a short
+statement log under DEBUG (bench/runner_rss.py measures the resulting RSS)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,17 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import pytest
+from django.db import connection
 from django.test import override_settings
 
 from scheduler_app.handlers import BUILTIN, registry
 from scheduler_app.handlers.fake import FakeHandler
 from scheduler_app.handlers.python import PythonHandler
+from scheduler_app.management.commands.run_scheduler import DEBUG_STATEMENTS_KEPT, few_statements_logged
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,3 +115,30 @@ def test_a_kind_that_cannot_be_imported_is_logged_once_and_left_out(caplog):
     assert [record.getMessage() for record in caplog.records] == [
         "handler kind 'broken' cannot be imported from 'tests.no_such_module.Handler'"
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_debug_the_connections_the_runner_opens_log_only_their_last_statements():
+    logged: dict[str, int] = {}
+
+    def new_connection(name: str) -> None:
+        # A thread of its own opens a connection of its own, as each of the runner's threads does.
+        try:
+            for _ in range(DEBUG_STATEMENTS_KEPT + 5):
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT 1")
+            logged[name] = len(connection.queries_log)
+        finally:
+            connection.close()
+
+    def in_a_thread(name: str) -> None:
+        thread = threading.Thread(target=new_connection, args=(name,))
+        thread.start()
+        thread.join()
+
+    with override_settings(DEBUG=True):
+        with few_statements_logged():
+            in_a_thread("runner")
+        in_a_thread("elsewhere")
+    assert logged["runner"] == DEBUG_STATEMENTS_KEPT
+    assert logged["elsewhere"] > DEBUG_STATEMENTS_KEPT  # Django's own limit, outside the command

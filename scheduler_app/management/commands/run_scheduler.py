@@ -8,12 +8,15 @@ import logging
 import os
 import signal
 import threading
+from collections import deque
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import CommandError
 from django.db import router
+from django.db.backends.signals import connection_created
 
 from scheduler_app import __version__
 from scheduler_app.checks import check_javascript_tasks
@@ -25,6 +28,11 @@ from scheduler_app.runner.loop import RunnerFailed, SchedulerLoop
 from scheduler_app.services import validate_declared_tasks
 
 logger = logging.getLogger("scheduler_app")
+
+# Under DEBUG (a new project's default), Django logs each statement of a connection, keeping its
+# last 9,000 for connection.queries. A web process empties that log at each request; a runner
+# never would, so each of its connections keeps only its last DEBUG_STATEMENTS_KEPT instead.
+DEBUG_STATEMENTS_KEPT = 100
 
 
 def positive_int(value: str) -> int:
@@ -81,7 +89,7 @@ class Command(OfflineChecksCommand):
             for problem in check_javascript_tasks(databases=[router.db_for_read(Task)]):
                 logger.warning("%s: %s %s", problem.id, problem.msg, problem.hint)
 
-        with shut_down_on_signals(runner):
+        with shut_down_on_signals(runner), few_statements_logged():
             try:
                 runner.run(once=options["once"], on_start=announce)
             except RunnerFailed as exc:
@@ -89,6 +97,22 @@ class Command(OfflineChecksCommand):
             except SchedulerError as exc:
                 # refresh_tasks() refused the declarations (a collision, E039): no retry can help.
                 raise CommandError(f"cannot start: {exc.code}: {exc.message}") from None
+
+
+@contextlib.contextmanager
+def few_statements_logged() -> Iterator[None]:
+    """Under DEBUG, each database connection opened meanwhile logs at most DEBUG_STATEMENTS_KEPT
+    statements (the runner's threads open their own)."""
+
+    def keep_fewer(*, connection: Any, **kwargs: Any) -> None:
+        if settings.DEBUG:
+            connection.queries_log = deque(connection.queries_log, maxlen=DEBUG_STATEMENTS_KEPT)
+
+    connection_created.connect(keep_fewer)
+    try:
+        yield
+    finally:
+        connection_created.disconnect(keep_fewer)
 
 
 @contextlib.contextmanager
