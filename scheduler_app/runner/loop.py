@@ -87,6 +87,8 @@ class SchedulerLoop:
         self.in_flight: dict[int, Attempt] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        # Set with ``_wake`` when an attempt ended and the runner can take more: claim at once.
+        self._freed = threading.Event()
         self._stopping = threading.Event()
         self._pool: WorkerPool | None = None
         self._writer: JournalWriter | None = None
@@ -203,21 +205,34 @@ class SchedulerLoop:
                     self.wait_idle(self.drain_seconds, watch_limits=True)
                     break
                 if not retry_now:
-                    woken = self._wake.wait(self._pause(backoff or pause))
-                    self._wake.clear()
-                    if woken and self._listener is not None and self._listener.heard.is_set():
-                        self._listener.heard.clear()
-                        # A stream of triggers starts at most one tick per TRIGGER_GATHER, so
-                        # those that arrive meanwhile share one claim; a lone trigger does not wait.
-                        # Runners woken together claim together, and one finds the rows held by
-                        # the other's claim: the one that took nothing waits half a gather more,
-                        # so that their claims alternate instead of colliding.
-                        gather = TRIGGER_GATHER * (1.5 if self._claimed_nothing else 1.0)
-                        self._stopping.wait(gather - (time.monotonic() - self._tick_started))
+                    self._wait_for_next_tick(self._pause(backoff or pause))
         finally:
             self.stop()
         if once and failure is not None:
             raise RunnerFailed(failure)
+
+    def _wait_for_next_tick(self, pause: float) -> None:
+        """Sleep ``pause`` at most: less when an attempt ended (claim again at once), a trigger's
+        wake-up came, more may be due, or the runner is stopping.
+
+        A stream of triggers starts at most one tick per TRIGGER_GATHER, so those that arrive
+        meanwhile share one claim; a lone trigger does not wait, nor does a claim after an attempt
+        ended. Runners woken together claim together, and one finds the rows held by the other's
+        claim: the one that took nothing waits half a gather more, so that their claims alternate
+        instead of colliding.
+        """
+        woken = self._wake.wait(pause)
+        self._wake.clear()
+        if self._freed.is_set():
+            self._freed.clear()
+            if self._listener is not None:
+                self._listener.heard.clear()
+            return
+        if woken and self._listener is not None and self._listener.heard.is_set():
+            self._listener.heard.clear()
+            gather = TRIGGER_GATHER * (1.5 if self._claimed_nothing else 1.0)
+            self._freed.wait(gather - (time.monotonic() - self._tick_started))
+            self._freed.clear()
 
     def shutdown(self, reason: str = "shutdown") -> None:
         """Stop claiming and cancel in-flight attempts; run() then drains and returns."""
@@ -444,6 +459,7 @@ class SchedulerLoop:
             if self.in_flight.get(sequence) is attempt:
                 del self.in_flight[sequence]
         if self._needs_work():
+            self._freed.set()
             self._wake.set()
 
     def renew_leases(self) -> None:
