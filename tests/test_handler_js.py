@@ -412,6 +412,23 @@ def test_a_child_that_misses_its_deadline_is_killed_and_replaced():
     assert len(javascript.pool().children()) == 1
 
 
+def test_after_a_burst_only_a_few_children_wait_for_the_next_request():
+    """Each js attempt running at once has a child; once they end, all but MAX_IDLE are ended."""
+    from scheduler_app.handlers import js_pool
+
+    close_shared_pool()
+    burst = js_pool.MAX_IDLE + 2
+    busy = "() => { const end = Date.now() + 3000; while (Date.now() < end) {} return 1 }"
+    threads = [in_thread(event_for(busy)) for _ in range(burst)]
+    started = wait_for(lambda: (pids := javascript.pool().children()) and len(pids) == burst and pids)
+    for thread, raised in threads:
+        thread.join(30)
+        assert not thread.is_alive() and raised == []
+    kept = javascript.pool().children()
+    assert len(kept) == js_pool.MAX_IDLE
+    assert [pid for pid in started if pid not in kept and alive(pid)] == []
+
+
 def test_a_crashed_child_is_replaced():
     close_shared_pool()
     thread, raised = in_thread(event_for(SPIN))

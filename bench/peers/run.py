@@ -20,7 +20,7 @@ database and starts two runner processes per system, loopback only:
   PsycopgConnector; 16 jobs at once per worker, 32 in all), every other option its
   default. W1: periodic tasks, 1,000 periodic_ids of one task (`app.periodic(cron=...)`)
   with the cron of the due minute.
-- ours defaults: `run_scheduler` with no --workers (4), no Redis, Django's default
+- ours defaults: `run_scheduler` with no --workers (16 on PostgreSQL), no Redis, Django's default
   database OPTIONS, a new empty journal. W1: 1,000 tasks whose cron names the due minute.
 - ours tuned: `--workers 16`, SCHEDULER_APP REDIS_URL (--redis-url) and
   BENCH_PREPARE_THRESHOLD=5 (bench/settings.py).

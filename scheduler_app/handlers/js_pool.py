@@ -24,6 +24,9 @@ POLL_SECONDS = 0.05
 # The child stops V8 itself at the deadline; this is how long to wait for it to say so.
 GRACE_SECONDS = 0.5
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# Children kept waiting for the next request: a burst of js attempts on many workers starts a
+# child for each (about 67 MiB each), and all but these few end with it.
+MAX_IDLE = 4
 # What the child needs to start Python and find py_mini_racer; secrets in the environment stay out.
 ENVIRONMENT = ("PATH", "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE")
 
@@ -107,7 +110,8 @@ class Child:
 
 
 class Pool:
-    """Idle children ready for the next request; a child that failed is killed and replaced."""
+    """Idle children ready for the next request (at most MAX_IDLE); a child that failed is killed
+    and replaced."""
 
     def __init__(self, memory_limit_mb: int) -> None:
         self.memory_limit_mb = memory_limit_mb
@@ -128,10 +132,13 @@ class Pool:
             self._discard(child, replace=not cancelled.is_set())
             raise
         with self._lock:
-            if self._closed:
-                child.kill()
-            else:
+            keep = not self._closed and len(self._idle) < MAX_IDLE
+            if keep:
                 self._idle.append(child)
+            else:
+                self._children.discard(child)
+        if not keep:
+            child.kill()
         return answer
 
     def children(self) -> list[int]:
