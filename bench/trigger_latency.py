@@ -1,4 +1,4 @@
-"""Manual trigger latency, with and without Redis wake-ups.
+"""Manual trigger latency, with PostgreSQL's wake-ups and with Redis'.
 
 One warm, idle runner process (`run_scheduler --workers 2 --tick-interval
 1.0`) and one no-op task (cron "0 0 1 1 *", never due). The script calls
@@ -8,9 +8,10 @@ trigger-to-finish latency, the round trip of each trigger(wait=10) call, and
 end-to-end executions per second of the sequential loop.
 
 Two passes, each a subprocess of this script with its own database
-(bench_trigger_plain, bench_trigger_redis): without Redis the runner finds the
-work at its next tick; with SCHEDULER_REDIS_URL (runner and triggering process
-alike) a trigger wakes the runner at once. Five unmeasured triggers warm up.
+(bench_trigger_plain, bench_trigger_redis), on PostgreSQL: without Redis a trigger
+wakes the runner through PostgreSQL's LISTEN/NOTIFY (on other databases the
+runner would find the work at its next tick); with SCHEDULER_REDIS_URL (runner
+and triggering process alike) through Redis. Five unmeasured triggers warm up.
 
 Run (from the repository root):
 
