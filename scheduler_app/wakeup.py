@@ -94,8 +94,8 @@ def _publisher() -> Any:
 
 
 # After a wake-up, the next waits this long: as often as a runner starts ticks for a stream of
-# them (runner.loop.TRIGGER_GATHER), so a stream sends at most about 10 a second.
-SPACING = 0.1
+# them (runner.loop.TRIGGER_GATHER), so a stream sends at most about 50 a second.
+SPACING = 0.02
 
 
 class _Sender:
@@ -128,9 +128,7 @@ class _Sender:
     def _run(self) -> None:
         pending = self.pending
         while True:
-            if not pending.wait(DATABASE_IDLE_SECONDS):
-                _close_database_sender()  # no connection kept by a process that stopped triggering
-                pending.wait()
+            pending.wait()
             pending.clear()
             _publish()
             time.sleep(SPACING)
@@ -139,15 +137,11 @@ class _Sender:
         if self._pid == os.getpid() and self.pending.is_set():
             self.pending.clear()
             _publish()
-        _close_database_sender()
 
 
 _sender = _Sender()
 atexit.register(_sender.flush)
 os.register_at_fork(after_in_child=_sender.reset)
-# The sender thread closes a database connection it sends on after this long without a wake-up.
-DATABASE_IDLE_SECONDS = 2.0
-_database_senders: set[Any] = set()
 
 
 def _database_wake_ups() -> Any:
@@ -155,11 +149,6 @@ def _database_wake_ups() -> Any:
     from scheduler_app.statements import journal_statements
 
     return journal_statements().wake_ups()
-
-
-def _close_database_sender() -> None:
-    for sender in list(_database_senders):
-        sender.close()
 
 
 def notify() -> None:
@@ -172,7 +161,6 @@ def _publish() -> None:
     if not scheduler_settings.REDIS_URL:
         database = _database_wake_ups()
         if database is not None:
-            _database_senders.add(database.SENDER)
             database.SENDER.send()
         return
     try:

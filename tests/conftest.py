@@ -10,8 +10,8 @@ from tests import hooks
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_wake_up_connection_left(django_db_setup, django_db_blocker) -> Iterator[None]:
-    """On PostgreSQL triggers send wake-ups on a connection of the process's own: close it before
-    the test database is dropped (a session still connected would keep it)."""
+    """On PostgreSQL a wake-up still pending is sent on a connection of its own: send it before the
+    test database is dropped (a session still connected would keep it)."""
     yield
     from scheduler_app import wakeup
 

@@ -1,7 +1,7 @@
 """Wake-ups through PostgreSQL's LISTEN/NOTIFY, for runners on PostgreSQL without Redis.
 
 A trigger asks ``wakeup.notify`` for a wake-up; a thread of the process sends ``NOTIFY`` on a
-connection of its own once the trigger has committed, so the trigger never waits for it, and
+short-lived connection once the trigger has committed, so the trigger never waits for it, and
 runners ``LISTEN`` on a connection of their own. Like Redis, it only speeds things up: a lost
 notification is found by the next tick.
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from contextlib import suppress
 from typing import Any
 
 from django.db import connections
@@ -71,34 +70,21 @@ class Outage:
 
 
 class Sender:
-    """Sends NOTIFY for the wake-up thread of ``wakeup``; keeps its connection while wake-ups come."""
+    """Sends NOTIFY for the wake-up thread of ``wakeup``, each time on a connection opened for it
+    and closed at once: a process that triggers keeps no connection open for wake-ups (one kept
+    would, for one, stop a test runner from dropping its test database)."""
 
     def __init__(self) -> None:
-        self._connection: Any = None
-        self._lock = threading.Lock()
         self._outage = Outage("wake-ups not sent")
 
     def send(self) -> None:
-        with self._lock:
-            try:
-                if self._connection is None or self._connection.closed:
-                    self._connection = connect()
-                self._connection.execute(f"NOTIFY {CHANNEL}")
-            except Exception as exc:
-                self._outage.failed(exc)
-                self._close()
-            else:
-                self._outage.succeeded()
-
-    def close(self) -> None:
-        with self._lock:
-            self._close()
-
-    def _close(self) -> None:
-        if self._connection is not None:
-            with suppress(Exception):
-                self._connection.close()
-            self._connection = None
+        try:
+            with connect() as connection:
+                connection.execute(f"NOTIFY {CHANNEL}")
+        except Exception as exc:
+            self._outage.failed(exc)
+        else:
+            self._outage.succeeded()
 
 
 SENDER = Sender()
