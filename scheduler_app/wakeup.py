@@ -94,8 +94,8 @@ def _publisher() -> Any:
 
 
 # After a wake-up, the next waits this long: as often as a runner starts ticks for a stream of
-# them (runner.loop.TRIGGER_GATHER), so a stream sends at most about 50 a second.
-SPACING = 0.02
+# them (runner.loop.TRIGGER_GATHER), so a stream sends at most about 10 a second.
+SPACING = 0.1
 
 
 class _Sender:

@@ -29,7 +29,7 @@ logger = logging.getLogger("scheduler_app")
 
 MAX_BACKOFF = 30.0
 # At most one tick per this many seconds is started by trigger wake-ups.
-TRIGGER_GATHER = 0.02
+TRIGGER_GATHER = 0.1
 # Wake this long after a known due instant, so the probe's clock has passed it.
 EVENT_SLACK = 0.002
 DATABASE_ERRORS = (DatabaseError, InterfaceError)
