@@ -72,3 +72,11 @@ def test_no_wake_ups_behind_a_transaction_mode_pooler():
         assert wakeup.description(1.0) == "no wake-ups (work is found by ticks every 1s)"
     finally:
         connection.settings_dict.pop("DISABLE_SERVER_SIDE_CURSORS", None)
+
+
+def test_only_a_runner_that_goes_on_ticking_listens(clock):
+    """A runner started but not run (tests, --once) holds no listening connection."""
+    from tests.factories import inline_runner
+
+    runner = inline_runner(clock)
+    assert runner._listener is None

@@ -125,7 +125,6 @@ class SchedulerLoop:
         if self.workers > 0 and not self.inline:
             self._writer = JournalWriter(self.node_id, self.clock)
             self._pool = WorkerPool(self.workers, self._run_attempt)
-        self._listener = wakeup.start_listener(self._wake)
         logger.info("%s", self.description())
 
     def description(self) -> str:
@@ -169,6 +168,9 @@ class SchedulerLoop:
         if not started:
             self.stop()
             return
+        if not once:
+            # Only a runner that goes on ticking listens (a connection of its own on PostgreSQL).
+            self._listener = wakeup.start_listener(self._wake)
         if on_start is not None:
             on_start()
         failure = None
