@@ -26,11 +26,9 @@ CHANNEL = "scheduler_app_wake"
 
 def alias() -> str:
     """The journal's database: notifications go where triggers commit."""
-    from django.db import router
+    from scheduler_app.postgres.binding import journal_connection
 
-    from scheduler_app.models import Execution
-
-    return str(router.db_for_write(Execution))
+    return str(journal_connection().alias)
 
 
 def available() -> bool:

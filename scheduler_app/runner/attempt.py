@@ -22,7 +22,14 @@ from scheduler_app.models import Status, Task
 from scheduler_app.runner import limits
 from scheduler_app.runner.claims import Claim
 from scheduler_app.runner.clock import Clock
-from scheduler_app.runner.recording import EXECUTION_FAILED, DirectJournal, Finish, JournalPort, Outcome
+from scheduler_app.runner.recording import (
+    EXECUTION_FAILED,
+    DirectJournal,
+    Finish,
+    HandsOff,
+    JournalPort,
+    Outcome,
+)
 from scheduler_app.storable import storable
 
 logger = logging.getLogger("scheduler_app")
@@ -233,10 +240,10 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> bool:
             outcome = limits.timed_out(attempt.limit)
         else:
             outcome = Outcome(Status.INTERRUPTED, reason, error={"reason": reason, "message": reason})
-    follow_up = attempt.follow_up
-    if follow_up is not None:
+    follow_up, writer = attempt.follow_up, attempt.journal
+    if follow_up is not None and isinstance(writer, HandsOff):
         attempt.handed_off = True
-        _port(attempt, node, clock).finish_then(
+        writer.finish_then(
             attempt,
             outcome,
             Status.RUNNING,

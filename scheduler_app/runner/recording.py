@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from django.db import DEFAULT_DB_ALIAS, DataError, transaction
 from django.db import Error as DatabaseLibraryError
@@ -53,6 +53,11 @@ class JournalPort(Protocol):
         """Record an outcome; (what was recorded, recorded, log row written with it)."""
         ...
 
+
+@runtime_checkable
+class HandsOff(Protocol):
+    """A journal that records outcomes without making the caller wait (the runner's writer)."""
+
     def finish_then(
         self,
         attempt: Attempt,
@@ -77,20 +82,6 @@ class DirectJournal:
 
     def finish(self, attempt: Attempt, outcome: Outcome, from_status: str) -> tuple[Finish, bool, bool]:
         return record_finish(plan_finish(attempt, self.clock.now(), outcome, from_status), self.node)
-
-    def finish_then(
-        self,
-        attempt: Attempt,
-        outcome: Outcome,
-        from_status: str,
-        then: Callable[[Future[tuple[Finish, bool, bool]]], None],
-    ) -> None:
-        answer: Future[tuple[Finish, bool, bool]] = Future()
-        try:
-            answer.set_result(self.finish(attempt, outcome, from_status))
-        except Exception as exc:
-            answer.set_exception(exc)
-        then(answer)
 
 
 def record_start(attempt: Attempt, node: str, now: datetime) -> bool:
