@@ -83,9 +83,9 @@ from _common import (
 PORT = 5562
 TASK = "floor-noop"
 NODE = "floor"
-BATCHES = (1, 10)
-# Rows per second a run is sized for at least, per batch size (or the fastest run before it, if faster).
-FIRST_GUESS = {1: 2_000, 10: 10_000}
+BATCHES = (1, 10, 32)
+# Rows per second a run is sized for at least (or the fastest run before it, if faster).
+FIRST_GUESS = 10_000
 
 
 def pgbench_binary() -> str:
@@ -266,9 +266,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--protocol", choices=["simple", "extended", "prepared"], default="prepared")
+    parser.add_argument(
+        "--batches",
+        default=",".join(map(str, BATCHES)),
+        help="the batch sizes to run, comma-separated (e.g. 1,10,32: 32 is a runner's claim at the default"
+        " worker count); the first two give the ratio printed last",
+    )
     parser.add_argument("--shared-pg", action="store_true")
     args = parser.parse_args()
-    runs: dict[int, list[dict[str, Any]]] = {batch: [] for batch in BATCHES}
+    batches = [int(b) for b in args.batches.split(",")]
+    runs: dict[int, list[dict[str, Any]]] = {batch: [] for batch in batches}
     with ExitStack() as stack:
         if not args.shared_pg:
             stack.enter_context(private_postgres(port=PORT))
@@ -276,8 +283,8 @@ def main() -> None:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="floor-")))
         pg_stat_statements_ready()
         for round_ in range(args.repeat):
-            for batch in BATCHES:
-                rate = max([FIRST_GUESS[batch], *(r["executions_per_second"] for r in runs[batch])])
+            for batch in batches:
+                rate = max([FIRST_GUESS, *(r["executions_per_second"] for r in runs[batch])])
                 r = one_run(batch, args, folder, db.name, rate)
                 runs[batch].append(r)
                 print(
@@ -285,7 +292,7 @@ def main() -> None:
                     f" ({r['tps']:,.0f} transactions/s, {r['latency_ms']} ms each);"
                     f" per execution {r['per_execution']}"
                 )
-    table = {batch: summarize(runs[batch]) for batch in BATCHES}
+    table = {batch: summarize(runs[batch]) for batch in batches}
     print()
     print(f"floor, pgbench -c 2 -j 2 -T {args.seconds} -M {args.protocol}, medians of {args.repeat} runs:")
     print(
@@ -300,8 +307,10 @@ def main() -> None:
             f"| {label} | {row['executions_per_second']:,.0f} | {row['runs']} | {row['statements_sent']:g}"
             f" ({row.get('statements', '-')}) | {row.get('commits', '-')} | {wal} |"
         )
-    ratio = table[10]["executions_per_second"] / table[1]["executions_per_second"]
-    print(f"batched / unbatched: {ratio:.2f}")
+    if len(batches) > 1:
+        first, second = batches[:2]
+        ratio = table[second]["executions_per_second"] / table[first]["executions_per_second"]
+        print(f"batched by {second} / by {first}: {ratio:.2f}")
     write_results(
         "floor",
         {
@@ -310,7 +319,7 @@ def main() -> None:
             "protocol": args.protocol,
             "clients": 2,
             "medians": {str(batch): row for batch, row in table.items()},
-            "runs": {str(batch): runs[batch] for batch in BATCHES},
+            "runs": {str(batch): runs[batch] for batch in batches},
             "script_batch_10": script(10, args.protocol),
         },
     )

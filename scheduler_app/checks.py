@@ -208,6 +208,18 @@ CHECKS: dict[str, Check] = {
         "SCHEDULER_APP['TASK_MODULES'] holds {module!r}, which cannot be imported ({error}).",
         "Give the dotted name of a module on the Python path, such as reports.tasks.",
     ),
+    "scheduler_app.E044": Check(
+        Error,
+        "SCHEDULER_APP['JOURNAL_RETENTION_DAYS'] must be None or a positive integer.",
+        "Give a number of days, such as 90, or None to keep the journal whole.",
+    ),
+    "scheduler_app.E045": Check(
+        Error,
+        "SCHEDULER_APP['JOURNAL_RETENTION_DAYS'] ({days} days) is not longer than MISFIRE_GRACE_SECONDS"
+        " ({grace} s).",
+        "Keep executions longer than a runner may still look back for a missed fire time: give more days,"
+        " or a shorter grace.",
+    ),
     "scheduler_app.E043": Check(
         Error,
         "SCHEDULER_APP['PREPARED_STATEMENTS'] must be True, False or None.",
@@ -284,6 +296,12 @@ VALUE_RULES: tuple[tuple[str, str, str | None, Callable[[Any], bool]], ...] = (
     ("scheduler_app.E010", "DRAIN_SECONDS", None, _is_positive_number),
     ("scheduler_app.E011", "MAX_LOGS", None, lambda value: value is None or _is_positive_int(value)),
     ("scheduler_app.E012", "RETENTION_DAYS", None, lambda value: value is None or _is_positive_int(value)),
+    (
+        "scheduler_app.E044",
+        "JOURNAL_RETENTION_DAYS",
+        None,
+        lambda value: value is None or _is_positive_int(value),
+    ),
     ("scheduler_app.E035", "HOOK_TIMEOUT", None, _is_positive_number),
     (
         "scheduler_app.E043",
@@ -339,6 +357,7 @@ def _problems(user: dict[str, Any]) -> Iterator[Problem]:
     yield from _task_problems()
     yield from _permission_problems()
     yield from _timing_problems()
+    yield from _retention_problems()
     for name, paths in jobs.clashes().items():
         yield "scheduler_app.E038", {"name": name, "paths": ", ".join(paths)}
     if not settings.USE_TZ:
@@ -384,6 +403,13 @@ def _timing_problems() -> Iterator[Problem]:
         yield "scheduler_app.E033", {"tick": tick, "third": lease / 3}
     elif tick > lease / 6:
         yield "scheduler_app.W002", {"tick": tick, "third": lease / 3}
+
+
+def _retention_problems() -> Iterator[Problem]:
+    days, grace = scheduler_settings.JOURNAL_RETENTION_DAYS, scheduler_settings.MISFIRE_GRACE_SECONDS
+    # Values that are wrong on their own are reported by _value_problems.
+    if _is_positive_int(days) and is_number(grace) and days * 86400 <= grace:
+        yield "scheduler_app.E045", {"days": days, "grace": grace}
 
 
 def _sqlite_problems() -> Iterator[Problem]:

@@ -18,6 +18,8 @@ DEFAULTS: dict[str, Any] = {
     "DRAIN_SECONDS": 30,
     "MAX_LOGS": None,
     "RETENTION_DAYS": None,
+    # Days an ended execution (and its events and log rows) is kept; None: for ever.
+    "JOURNAL_RETENTION_DAYS": None,
     "LOG_DATABASE": "default",
     "HTTP": {
         "TIMEOUT": 30,

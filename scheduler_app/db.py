@@ -13,6 +13,7 @@ from django.db import connections
 from django.utils.dateparse import parse_datetime
 
 from scheduler_app.models import LEASED, Execution, Status, Task
+from scheduler_app.sql import status_literal
 from scheduler_app.statements import journal_statements
 
 
@@ -62,12 +63,14 @@ def probe_statement(connection: Any) -> tuple[str, list[Any]]:
     sql = (
         f"SELECT {journal_statements(connection).clock_sql(connection)},"
         f" (SELECT MIN(next_run_at) FROM {task_table} WHERE enabled = %s),"
-        f" (SELECT MIN(due_at) FROM {execution_table} WHERE status = %s),"
+        f" (SELECT MIN(due_at) FROM {execution_table} WHERE status = {status_literal(Status.PENDING)}),"
         # One MIN per leased status: each reads one end of an index, whatever the statistics say.
-        f" (SELECT MIN(lease_expires_at) FROM {execution_table} WHERE status = %s),"
-        f" (SELECT MIN(lease_expires_at) FROM {execution_table} WHERE status = %s)"
+        + ",".join(
+            f" (SELECT MIN(lease_expires_at) FROM {execution_table} WHERE status = {status_literal(status)})"
+            for status in LEASED
+        )
     )
-    return sql, [True, Status.PENDING, *LEASED]
+    return sql, [True]
 
 
 class StatementCounter:

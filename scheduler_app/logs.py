@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import DatabaseError, connections, transaction
 
@@ -16,7 +16,6 @@ from scheduler_app.models import (
     ExecutionEvent,
     ExecutionLog,
     LogPersistence,
-    MaintenanceMark,
     Status,
     Task,
     log_id,
@@ -41,8 +40,6 @@ LOG_FIELDS = [
     "finished_at",
     "duration_ms",
 ]
-RETENTION_MARK = "log-retention"
-RETENTION_EVERY = timedelta(minutes=1)
 
 
 def log_alias() -> str:
@@ -181,32 +178,3 @@ def repair(occurrence_id: uuid.UUID) -> list[ExecutionLog]:
             ).delete()
         Execution.objects.filter(sequence=execution.sequence).update(log_persistence=LogPersistence.PERSISTED)
     return rows
-
-
-def prune(now: datetime) -> int:
-    """Apply MAX_LOGS and RETENTION_DAYS to the logs (never the journal), once a minute cluster-wide."""
-    max_logs = scheduler_settings.MAX_LOGS
-    days = scheduler_settings.RETENTION_DAYS
-    if not max_logs and not days:
-        return 0
-    MaintenanceMark.objects.get_or_create(
-        name=RETENTION_MARK, defaults={"last_run_at": now - RETENTION_EVERY}
-    )
-    won = MaintenanceMark.objects.filter(name=RETENTION_MARK, last_run_at__lte=now - RETENTION_EVERY).update(
-        last_run_at=now
-    )
-    if not won:
-        return 0
-    logs = ExecutionLog.objects.using(log_alias())
-    deleted = 0
-    if days:
-        deleted += logs.filter(finished_at__lt=now - timedelta(days=days)).delete()[0]
-    if max_logs:
-        boundary = list(
-            logs.order_by("-finished_at", "-id").values_list("finished_at", "id")[max_logs : max_logs + 1]
-        )
-        if boundary:
-            finished_at, oldest_kept = boundary[0]
-            deleted += logs.filter(finished_at__lt=finished_at).delete()[0]
-            deleted += logs.filter(finished_at=finished_at, id__lte=oldest_kept).delete()[0]
-    return deleted

@@ -8,6 +8,8 @@ from typing import Any
 
 from django.db import models
 
+from scheduler_app.indexes import PartialIndex
+
 OCCURRENCE_NAMESPACE = uuid.UUID("6f1c2a4e-5b7d-4c1e-9a3f-2d8e7b6c5a41")
 
 
@@ -197,9 +199,23 @@ class Execution(models.Model):
         indexes = [
             # Claims read due rows in (due_at, sequence) order and stop at their limit: with the
             # sequence in the index they read no more rows than they lock, however many are due.
-            models.Index(fields=["status", "due_at", "sequence"], name="scheduler_execution_due"),
-            models.Index(fields=["status", "lease_expires_at"], name="scheduler_execution_lease"),
+            PartialIndex(
+                fields=["status", "due_at", "sequence"],
+                name="scheduler_execution_due",
+                where=models.Q(status=Status.PENDING),
+            ),
+            PartialIndex(
+                fields=["status", "lease_expires_at"],
+                name="scheduler_execution_lease",
+                where=models.Q(status__in=LEASED),
+            ),
             models.Index(fields=["task_id", "status"], name="scheduler_execution_task"),
+            # Journal retention deletes the oldest ended rows first (scheduler_app/retention.py).
+            PartialIndex(
+                fields=["finished_at"],
+                name="scheduler_execution_ended",
+                where=models.Q(status__in=TERMINAL),
+            ),
         ]
         permissions = [("resolve_unknown", "Can resolve executions in state unknown")]
 

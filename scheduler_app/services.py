@@ -6,6 +6,7 @@ the management command call these functions and hold no business logic.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 from collections.abc import Iterator
@@ -15,10 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, OperationalError, transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduler_app import cron, database_errors, declarations, definitions, journal, logs, wakeup
+from scheduler_app import cron, database_errors, declarations, definitions, journal, listing, logs, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import (
     Conflict,
@@ -99,18 +99,43 @@ class Executions:
             except Execution.DoesNotExist:
                 raise ExecutionNotFound() from None
 
-    def list_unknown(self) -> QuerySet[Execution]:
-        return Execution.objects.filter(status=Status.UNKNOWN).order_by("updated_at")
+    def list(
+        self,
+        *,
+        task_id: str | None = None,
+        status: str | None = None,
+        trigger_type: str | None = None,
+        due_after: datetime | None = None,
+        due_before: datetime | None = None,
+        limit: int = listing.DEFAULT_LIMIT,
+        cursor: str | None = None,
+    ) -> listing.ExecutionPage:
+        """Executions matching every filter given, newest first, one page of ``limit`` (1 to 100)
+        at a time: pass the page's ``next_cursor`` as ``cursor`` for the next one."""
+        with storage_errors():
+            return listing.page(
+                task_id=task_id,
+                status=status,
+                trigger_type=trigger_type,
+                due_after=due_after,
+                due_before=due_before,
+                limit=limit,
+                cursor=cursor,
+            )
 
-    def list_log_failures(self) -> QuerySet[Execution]:
-        """Finished executions whose log rows are not confirmed written."""
-        return (
-            Execution.objects.exclude(log_persistence=LogPersistence.PERSISTED)
-            .filter(status__in=(*TERMINAL, Status.UNKNOWN))
-            .order_by("updated_at")
-        )
+    def list_unknown(self, limit: int = listing.DEFAULT_LIMIT, offset: int = 0) -> builtins.list[Execution]:
+        """Executions in state unknown, the oldest change first: the ones waiting for an operator."""
+        with storage_errors():
+            return listing.window(listing.unknown(), limit, offset)
 
-    def repair_log(self, occurrence_id: Any) -> list[ExecutionLog]:
+    def list_log_failures(
+        self, limit: int = listing.DEFAULT_LIMIT, offset: int = 0
+    ) -> builtins.list[Execution]:
+        """Ended and unknown executions whose log rows are not confirmed written, the oldest change first."""
+        with storage_errors():
+            return listing.window(listing.log_failures(), limit, offset)
+
+    def repair_log(self, occurrence_id: Any) -> builtins.list[ExecutionLog]:
         """Rebuild the log rows of one execution from its journal."""
         execution = self.get(occurrence_id)
         try:

@@ -548,6 +548,7 @@ def test_each_call_needs_its_model_permission():
         viewer.delete(BASE + "tasks/report/"),
         viewer.post(BASE + "tasks/report/trigger/", {}, format="json"),
         viewer.get(BASE + "logs/"),
+        viewer.get(BASE + "executions/"),
         viewer.get(BASE + "executions/unknown/"),
         viewer.get(BASE + "executions/log-failures/"),
         viewer.get(BASE + f"executions/{execution.occurrence_id}/"),

@@ -75,6 +75,9 @@ TRIGGERS = [
     ("scheduler_app.E041", {"TASK_MODULES": [""]}),
     ("scheduler_app.E042", {"TASK_MODULES": ["tests.nowhere"]}),
     ("scheduler_app.E043", {"PREPARED_STATEMENTS": "auto"}),
+    ("scheduler_app.E044", {"JOURNAL_RETENTION_DAYS": 0}),
+    ("scheduler_app.E044", {"JOURNAL_RETENTION_DAYS": 1.5}),
+    ("scheduler_app.E045", {"JOURNAL_RETENTION_DAYS": 1, "MISFIRE_GRACE_SECONDS": 86400}),
 ]
 # Conditions of Django's own settings: (id, SCHEDULER_APP, the Django settings that trigger it).
 DJANGO_TRIGGERS = [

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.apps import apps
 from django.core.management import CommandError, call_command
 from django.db import connection, connections
 from django.test import override_settings
@@ -344,15 +342,3 @@ def test_syncs_started_together_all_succeed_and_insert_the_task_once(declare):
         thread.join(60)
     assert failures == []
     assert list(Task.objects.values_list("id", "revision")) == [("together-test", 1)]
-
-
-# -- the migration ---------------------------------------------------------------------
-
-
-def test_the_migration_marks_the_tasks_already_synced_from_tasks():
-    scheduler.register(definition("from-settings"))
-    scheduler.register(definition("by-hand"))
-    migration = importlib.import_module("scheduler_app.migrations.0003_declared_tasks")
-    with with_tasks(SETTINGS_TASK):
-        migration.mark_tasks_declared_in_settings(apps, connection.schema_editor())
-    assert dict(Task.objects.values_list("id", "declared_in")) == {"by-hand": "", "from-settings": "settings"}

@@ -11,7 +11,7 @@ from django.db import connections
 from django.db.utils import load_backend
 from django.test import override_settings
 
-from scheduler_app import logs, scheduler
+from scheduler_app import retention, scheduler
 from scheduler_app.exceptions import Conflict, InvalidDefinition, InvalidState
 from scheduler_app.models import (
     Execution,
@@ -74,7 +74,7 @@ def test_a_failed_log_write_leaves_the_status_and_marks_pending_then_repair_fixe
     assert ExecutionLog.objects.get().id == log_id(execution.occurrence_id, 1)
     execution.refresh_from_db()
     assert execution.log_persistence == "persisted"
-    assert not scheduler.executions.list_log_failures().exists()
+    assert scheduler.executions.list_log_failures() == []
 
 
 def test_a_failed_repair_marks_the_execution_unconfirmed(clock, broken_log_database):
@@ -156,14 +156,14 @@ def test_retention_prunes_logs_only_and_at_most_once_a_minute(clock):
         clock.advance(1)
     assert ExecutionLog.objects.count() == 4
     later = clock.now() + timedelta(minutes=2)  # the runner's own first prune took the current minute
-    assert logs.prune(later) == 2
+    assert retention.prune_logs(later) == 2
     assert ExecutionLog.objects.count() == 2
     assert Execution.objects.count() == 4
     scheduler.trigger("report")
     runner.tick()
-    assert logs.prune(later + timedelta(seconds=30)) == 0
-    assert logs.prune(later + timedelta(seconds=61)) == 1
-    assert logs.prune(later + timedelta(days=31)) == 2
+    assert retention.prune_logs(later + timedelta(seconds=30)) == 0
+    assert retention.prune_logs(later + timedelta(seconds=61)) == 1
+    assert retention.prune_logs(later + timedelta(days=31)) == 2
     assert MaintenanceMark.objects.get().last_run_at == later + timedelta(days=31)
     assert Execution.objects.count() == 5
 

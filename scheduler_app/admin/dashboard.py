@@ -10,8 +10,8 @@ from django.db.models import Count
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from scheduler_app import listing
 from scheduler_app.models import Execution, ExecutionEvent, Status
-from scheduler_app.services import scheduler
 
 HOURS = 24
 OUTCOMES = (Status.SUCCESS, Status.FAILED, Status.INTERRUPTED)
@@ -97,8 +97,8 @@ def dashboard(now: datetime | None = None) -> dict[str, Any]:
     bars = hourly_runs(now)
     return {
         "states": state_counts(now - timedelta(hours=HOURS)),
-        "unknown": scheduler.executions.list_unknown().count(),
-        "log_failures": scheduler.executions.list_log_failures().count(),
+        "unknown": listing.unknown().count(),
+        "log_failures": listing.log_failures().count(),
         "bars": bars,
         "runs": {s.value: sum(bar.counts[s] for bar in bars) for s in OUTCOMES},
         "colours": {s.value: COLOURS[s] for s in OUTCOMES},

@@ -13,6 +13,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import ngettext
 
+from scheduler_app import listing
 from scheduler_app.admin import resolve
 from scheduler_app.admin.common import ReadOnlyAdmin, actor, tell
 from scheduler_app.exceptions import SchedulerError
@@ -72,7 +73,7 @@ class LogFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() == LOG_FAILURES:
-            failures = scheduler.executions.list_log_failures().values("sequence")
+            failures = listing.log_failures().values("sequence")
             return queryset.filter(sequence__in=failures)
         if self.value() in LogPersistence.values:
             return queryset.filter(log_persistence=self.value())

@@ -45,6 +45,16 @@ def document_field(spec: dict[str, Any]) -> Callable[[T], T]:
     return extend_schema_field(spec)  # type: ignore[return-value]
 
 
+def one_object(serializer: T) -> T:
+    """``extend_schema_serializer(many=False)``: a list action that answers one object (a page), not
+    an array; nothing without drf-spectacular."""
+    if not HAS_SPECTACULAR:
+        return serializer
+    from drf_spectacular.utils import extend_schema_serializer
+
+    return extend_schema_serializer(many=False)(serializer)  # type: ignore[type-var]
+
+
 def described(serializer: Any, description: str) -> Any:
     """A response with its description (an OpenApiResponse), or the bare serializer."""
     if not HAS_SPECTACULAR:

@@ -12,8 +12,9 @@ from typing import Any
 from rest_framework import serializers
 
 from scheduler_app import definitions
-from scheduler_app.api.schema import document_field
+from scheduler_app.api.schema import document_field, one_object
 from scheduler_app.handlers import registry
+from scheduler_app.listing import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET
 from scheduler_app.logs import LOG_FIELDS
 from scheduler_app.models import (
     DeclaredIn,
@@ -212,6 +213,55 @@ class ExecutionSerializer(serializers.ModelSerializer):
             "log_persistence",
         )
         read_only_fields: tuple[str, ...] = fields
+
+
+class ExecutionRowSerializer(ExecutionSerializer):
+    """An execution in a list: the projection without its result payload (the detail view has it)."""
+
+    class Meta(ExecutionSerializer.Meta):
+        fields = tuple(name for name in ExecutionSerializer.Meta.fields if name != "result")
+        read_only_fields = fields
+
+
+class ExecutionQuerySerializer(serializers.Serializer):
+    """The filters and the page of ``GET executions/``."""
+
+    task_id = serializers.CharField(max_length=128, required=False)
+    status = serializers.ChoiceField(choices=Status.values, required=False)
+    trigger_type = serializers.ChoiceField(choices=TriggerType.values, required=False)
+    due_after = serializers.DateTimeField(required=False, help_text="due_at >= this instant.")
+    due_before = serializers.DateTimeField(required=False, help_text="due_at < this instant.")
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
+    cursor = serializers.CharField(
+        max_length=64, required=False, help_text="The next_cursor of the page before, unchanged."
+    )
+
+
+@one_object
+class ExecutionPageSerializer(serializers.Serializer):
+    """A page of ``GET executions/``, newest first."""
+
+    next = serializers.URLField(allow_null=True, help_text="The next page's address; null on the last page.")
+    next_cursor = serializers.CharField(
+        allow_null=True, help_text="The cursor of the next page; null on the last."
+    )
+    results = ExecutionRowSerializer(many=True)
+
+
+class WindowQuerySerializer(serializers.Serializer):
+    """limit and offset of the operator's lists (unknown executions, log failures)."""
+
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
+
+
+class ExecutionWindowSerializer(serializers.Serializer):
+    """A window of an operator's list, the oldest change first."""
+
+    count = serializers.IntegerField(help_text="How many executions the whole list holds.")
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = ExecutionRowSerializer(many=True)
 
 
 class TriggeredSerializer(serializers.Serializer):

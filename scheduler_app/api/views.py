@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -17,14 +17,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from scheduler_app import definitions
+from scheduler_app import definitions, listing
 from scheduler_app.api import errors, permissions
 from scheduler_app.api.parsers import JSONParser
 from scheduler_app.api.schema import auto_schema, described, document, example
 from scheduler_app.api.serializers import (
     ErrorSerializer,
     ExecutionDetailSerializer,
+    ExecutionPageSerializer,
+    ExecutionQuerySerializer,
+    ExecutionRowSerializer,
     ExecutionSerializer,
+    ExecutionWindowSerializer,
     LogQuerySerializer,
     LogSerializer,
     RepairSerializer,
@@ -34,6 +38,7 @@ from scheduler_app.api.serializers import (
     TriggeredSerializer,
     TriggerManySerializer,
     TriggerSerializer,
+    WindowQuerySerializer,
 )
 from scheduler_app.exceptions import TaskNotFound
 from scheduler_app.models import (
@@ -88,7 +93,7 @@ class SchedulerViewSet(viewsets.GenericViewSet):
     """JSON only, one exception handler, and the permissions each action needs."""
 
     parser_classes = [JSONParser]
-    pagination_class = Pagination
+    pagination_class: type[Pagination] | None = Pagination
     schema = auto_schema()
     action_permissions: dict[str, tuple[str, ...]] = {}
 
@@ -312,9 +317,12 @@ class ExecutionViewSet(SchedulerViewSet):
 
     queryset = Execution.objects.all()
     serializer_class = ExecutionSerializer
+    # Its lists page by cursor, or by limit and offset: DRF's page numbers would count millions of rows.
+    pagination_class = None
     lookup_field = "occurrence_id"
     lookup_value_regex = "[^/]+"
     action_permissions = {
+        "list": ("scheduler_app.view_execution",),
         "retrieve": ("scheduler_app.view_execution",),
         "unknown": ("scheduler_app.view_execution",),
         "log_failures": ("scheduler_app.view_execution",),
@@ -323,21 +331,36 @@ class ExecutionViewSet(SchedulerViewSet):
         "stop": ("scheduler_app.change_execution",),
     }
 
+    @document(parameters=[ExecutionQuerySerializer], responses={200: ExecutionPageSerializer, **_errors(400)})
+    def list(self, request: Request) -> Response:
+        """Executions matching every filter given, newest first; follow ``next`` for the next page."""
+        query = ExecutionQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        page = scheduler.executions.list(**query.validated_data)
+        url = request.build_absolute_uri()
+        return Response(
+            {
+                "next": replace_query_param(url, "cursor", page.next_cursor) if page.next_cursor else None,
+                "next_cursor": page.next_cursor,
+                "results": ExecutionRowSerializer(page.results, many=True).data,
+            }
+        )
+
     @document(responses={200: ExecutionDetailSerializer, **_errors(404)})
     def retrieve(self, request: Request, occurrence_id: str) -> Response:
         return Response(ExecutionDetailSerializer(scheduler.executions.get(occurrence_id)).data)
 
-    @document(responses={200: ExecutionSerializer(many=True), **_errors(404)})
+    @document(parameters=[WindowQuerySerializer], responses={200: ExecutionWindowSerializer, **_errors(400)})
     @action(detail=False)
     def unknown(self, request: Request) -> Response:
-        """Executions in state unknown, oldest updated first: the ones waiting for an operator."""
-        return self.paginated(scheduler.executions.list_unknown())
+        """Executions in state unknown, oldest change first: the ones waiting for an operator."""
+        return self.window(request, scheduler.executions.list_unknown, listing.unknown())
 
-    @document(responses={200: ExecutionSerializer(many=True), **_errors(404)})
+    @document(parameters=[WindowQuerySerializer], responses={200: ExecutionWindowSerializer, **_errors(400)})
     @action(detail=False, url_path="log-failures")
     def log_failures(self, request: Request) -> Response:
-        """Finished executions whose log rows are not confirmed written."""
-        return self.paginated(scheduler.executions.list_log_failures())
+        """Ended and unknown executions whose log rows are not confirmed written, oldest change first."""
+        return self.window(request, scheduler.executions.list_log_failures, listing.log_failures())
 
     @document(
         request=ResolveSerializer,
@@ -389,9 +412,25 @@ class ExecutionViewSet(SchedulerViewSet):
             ExecutionSerializer(scheduler.executions.request_stop(occurrence_id, by=self.by())).data
         )
 
-    def paginated(self, executions: QuerySet[Execution]) -> Response:
-        page = self.paginate_queryset(executions)
-        return self.get_paginated_response(ExecutionSerializer(page, many=True).data)
+    def window(
+        self, request: Request, listed: Callable[..., Sequence[Execution]], whole: QuerySet[Execution]
+    ) -> Response:
+        query = WindowQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        limit, offset = query.validated_data["limit"], query.validated_data["offset"]
+        rows = listed(limit=limit, offset=offset)
+        count = whole.count()
+        url = request.build_absolute_uri()
+        following = replace_query_param(url, "offset", offset + limit) if offset + limit < count else None
+        preceding = replace_query_param(url, "offset", max(0, offset - limit)) if offset > 0 else None
+        return Response(
+            {
+                "count": count,
+                "next": following,
+                "previous": preceding,
+                "results": ExecutionRowSerializer(rows, many=True).data,
+            }
+        )
 
 
 def not_found(message: str) -> Callable[[HttpRequest], JsonResponse]:

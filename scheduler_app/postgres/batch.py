@@ -27,6 +27,7 @@ from scheduler_app import journal
 from scheduler_app.logs import LOG_FIELDS
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Status
 from scheduler_app.postgres import binding
+from scheduler_app.sql import status_literal
 
 if TYPE_CHECKING:
     from scheduler_app.runner.attempt import Attempt
@@ -97,7 +98,7 @@ def _start_sql() -> str:
     batch = _unnest("v", [("sequence", "bigint"), ("token", "text")])
     return (
         f"WITH v AS (SELECT * FROM {batch}),"
-        f" {_owned_rows(f'e.status = {binding.status_literal(Status.CLAIMED)} AND NOT e.stop_requested')},"
+        f" {_owned_rows(f'e.status = {status_literal(Status.CLAIMED)} AND NOT e.stop_requested')},"
         f" u AS (UPDATE {execution} e SET status = %s, started_at = %s, updated_at = %s"
         " FROM l WHERE e.sequence = l.sequence RETURNING e.sequence, e.attempt),"
         f" {_event_insert('SELECT u.sequence, %s, %s, %s, %s, %s, u.attempt, NULL, NULL FROM u')}"

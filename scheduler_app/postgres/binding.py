@@ -78,17 +78,3 @@ def _preparing_cursor() -> Any:
             return super().execute(query, params, prepare=True if prepare is None else prepare, **options)
 
     return PreparingCursor
-
-
-def status_literal(*statuses: str) -> str:
-    """Statuses as SQL text, one literal or a parenthesised list.
-
-    For the fixed statements' conditions on status: the values are constants of the
-    code, and written into the text they let a prepared statement's generic plan know
-    how few rows match, where parameters would hide it (and keep PostgreSQL planning
-    every call).
-    """
-    assert statuses and all(status.isalpha() for status in statuses)
-    if len(statuses) == 1:
-        return f"'{statuses[0]}'"
-    return "(" + ", ".join(f"'{status}'" for status in statuses) + ")"

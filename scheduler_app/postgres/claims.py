@@ -21,6 +21,7 @@ from django.db.models import Model
 from scheduler_app import journal
 from scheduler_app.models import OCCUPYING, Execution, ExecutionEvent, Status, Task
 from scheduler_app.postgres import binding
+from scheduler_app.sql import status_literal
 
 M = TypeVar("M", bound=Model)
 
@@ -79,9 +80,9 @@ def candidates(now: datetime, limit: int) -> list[Execution]:
     n = _names()
     sql = (
         f"SELECT {', '.join(f'e.{name}' for name in CANDIDATE_FIELDS)} FROM {n['execution']} e"
-        f" WHERE e.status = {binding.status_literal(Status.PENDING)} AND e.due_at <= %s AND e.task_id NOT IN ("
+        f" WHERE e.status = {status_literal(Status.PENDING)} AND e.due_at <= %s AND e.task_id NOT IN ("
         f"SELECT o.task_id FROM {n['execution']} o JOIN {n['task']} t ON t.id = o.task_id"
-        f" WHERE o.status IN {binding.status_literal(*OCCUPYING)}"
+        f" WHERE o.status IN {status_literal(*OCCUPYING)}"
         " GROUP BY o.task_id, t.max_concurrency HAVING COUNT(*) >= t.max_concurrency)"
         " ORDER BY e.due_at, e.sequence LIMIT %s FOR UPDATE OF e SKIP LOCKED"
     )
@@ -104,7 +105,7 @@ def busy(task_ids: Iterable[str]) -> dict[str, int]:
     n = _names()
     sql = (
         f"SELECT t.id, (SELECT COUNT(*) FROM {n['execution']} o"
-        f" WHERE o.task_id = t.id AND o.status IN {binding.status_literal(*OCCUPYING)})"
+        f" WHERE o.task_id = t.id AND o.status IN {status_literal(*OCCUPYING)})"
         " FROM unnest(%s::text[]) AS t(id)"
     )
     with binding.bound_cursor(binding.journal_connection()) as cursor:
@@ -119,7 +120,7 @@ def _take_sql() -> str:
         f"WITH u AS (UPDATE {n['execution']} e SET status = %s, owner = %s,"
         " execution_token = %s || e.sequence::text, lease_expires_at = %s, attempt = e.attempt + 1,"
         " task_revision = t.revision, updated_at = %s"
-        f" FROM {n['task']} t WHERE e.sequence = ANY(%s) AND e.status = {binding.status_literal(Status.PENDING)}"
+        f" FROM {n['task']} t WHERE e.sequence = ANY(%s) AND e.status = {status_literal(Status.PENDING)}"
         f" AND t.id = e.task_id RETURNING {n['execution_columns']}),"
         f" i AS (INSERT INTO {n['event']} (execution_id, at, from_status, to_status, reason, node, attempt)"
         " SELECT sequence, %s, %s, %s, %s, %s, attempt FROM u)"

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, router, transaction
 
-from scheduler_app import __version__, database_errors, db, journal, logs, wakeup
+from scheduler_app import __version__, database_errors, db, journal, logs, retention, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import StorageError
 from scheduler_app.models import LEASED, Execution, Runner, Status
@@ -95,6 +95,7 @@ class SchedulerLoop:
         self._listener: wakeup.Waker | None = None
         self._last_renewal = 0.0
         self._last_prune = 0.0
+        self._pruning: threading.Thread | None = None
         # The last probe: when it was sent (monotonic) and the database time it read.
         self._anchor = (time.monotonic(), datetime.now(UTC))
         self._next_event: float | None = None
@@ -269,6 +270,8 @@ class SchedulerLoop:
                 logger.warning("drain timed out with %s attempts in flight", len(self.in_flight))
         if self._writer is not None:
             self._writer.stop(self.drain_seconds)
+        if self._pruning is not None:
+            self._pruning.join(self.drain_seconds)
         with suppress(*DATABASE_ERRORS):
             Runner.objects.filter(node_id=self.node_id).update(
                 stopped_at=self.clock.now(), last_seen_at=self.clock.now()
@@ -336,8 +339,30 @@ class SchedulerLoop:
             self.renew_leases()
         if time.monotonic() - self._last_prune >= 60:
             self._last_prune = time.monotonic()
-            logs.prune(now)
+            self._prune(now)
         return worked
+
+    def _prune(self, now: datetime) -> None:
+        """Retention's turn: on a thread of its own in a runner with workers, so that claims go on
+        while it deletes; never two at once."""
+        if self._pool is None:
+            retention.prune(now)
+            return
+        if self._pruning is not None and self._pruning.is_alive():
+            return
+
+        def prune() -> None:
+            try:
+                retention.prune(now)
+            except DATABASE_ERRORS as exc:
+                logger.warning("retention failed: %s; next try in a minute", database_errors.describe(exc))
+            except Exception:
+                logger.exception("retention failed; next try in a minute")
+            finally:
+                connections.close_all()
+
+        self._pruning = threading.Thread(target=prune, name="scheduler-retention", daemon=True)
+        self._pruning.start()
 
     def _needs_work(self) -> bool:
         """Claim again once the queued batch has been taken up, so claims stay batched."""

@@ -1,0 +1,105 @@
+"""The journal's queue indexes (due rows, leased rows) hold only the queue on PostgreSQL, and its
+hot statements can use them even with a generic plan; other databases keep whole indexes."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.core import checks
+from django.db import connection
+
+from scheduler_app import db, scheduler
+from scheduler_app.models import Execution, Status
+from tests.factories import definition
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEUE_INDEXES = {
+    "scheduler_execution_due": "'pending'",
+    "scheduler_execution_lease": "'claimed'",
+}
+
+
+def index_definitions() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE indexname = ANY(%s)", [list(QUEUE_INDEXES)]
+            )
+        elif connection.vendor == "sqlite":
+            cursor.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name IN (%s, %s)",
+                list(QUEUE_INDEXES),
+            )
+        else:
+            cursor.execute(
+                "SELECT index_name, GROUP_CONCAT(column_name ORDER BY seq_in_index) FROM information_schema.statistics"
+                " WHERE table_schema = DATABASE() AND index_name IN (%s, %s) GROUP BY index_name",
+                list(QUEUE_INDEXES),
+            )
+        return dict(cursor.fetchall())
+
+
+def test_the_queue_indexes_are_partial_on_postgresql_and_whole_elsewhere():
+    found = index_definitions()
+    assert set(found) == set(QUEUE_INDEXES)
+    for name, status in QUEUE_INDEXES.items():
+        if connection.vendor == "postgresql":
+            assert " WHERE " in found[name] and status in found[name]
+        else:
+            assert "WHERE" not in found[name].upper()
+
+
+def test_no_database_warns_that_a_condition_is_ignored():
+    """MySQL and MariaDB have no partial indexes: the model does not ask for one there (models.W037)."""
+    assert [m.id for m in checks.run_checks(databases=["default"]) if m.id == "models.W037"] == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="partial indexes are PostgreSQL's")
+def test_the_probe_reads_the_queue_indexes_under_a_generic_plan(clock):
+    """The idle tick's one statement names its statuses as literals: prepared, with the plan PostgreSQL
+    keeps for every later call, it still reads one end of each partial index (no scan of the history)."""
+    import json
+
+    scheduler.register(definition("history", cron="0 0 1 1 *"))
+    now = clock.now()
+    Execution.objects.bulk_create(
+        Execution(
+            occurrence_id=uuid.uuid4(),
+            task_id="history",
+            task_revision=1,
+            trigger_type="manual",
+            status=Status.SUCCESS if n else Status.PENDING,
+            due_at=now - timedelta(seconds=n),
+            params={},
+            max_attempts=1,
+            created_at=now,
+            updated_at=now,
+        )
+        for n in range(5000)
+    )
+    sql, params = db.probe_statement(connection)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        try:
+            cursor.execute("PREPARE probe(boolean) AS " + sql.replace("%s", "$1"))
+            cursor.execute("EXPLAIN (FORMAT JSON) EXECUTE probe(%s)", params)
+            plan = cursor.fetchone()[0]
+        finally:
+            cursor.execute("DEALLOCATE ALL")
+            cursor.execute("RESET plan_cache_mode")
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def nodes(node):
+        return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
+
+    on_journal = [n for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "scheduler_app_execution"]
+    assert len(on_journal) == 3
+    assert sorted(n.get("Index Name") for n in on_journal) == [
+        "scheduler_execution_due",
+        "scheduler_execution_lease",
+        "scheduler_execution_lease",
+    ]
