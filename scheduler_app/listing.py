@@ -12,7 +12,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from scheduler_app.exceptions import InvalidDefinition
-from scheduler_app.models import TERMINAL, Execution, LogPersistence, Status, TriggerType
+from scheduler_app.models import ENDED, UNLOGGED, Execution, Status, TriggerType
 
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 50
@@ -38,10 +38,8 @@ def unknown() -> QuerySet[Execution]:
 
 def log_failures() -> QuerySet[Execution]:
     """Ended and unknown executions whose log rows are not confirmed written, the oldest change first."""
-    return (
-        Execution.objects.exclude(log_persistence=LogPersistence.PERSISTED)
-        .filter(status__in=(*TERMINAL, Status.UNKNOWN))
-        .order_by("updated_at", "sequence")
+    return Execution.objects.filter(status__in=ENDED, log_persistence__in=UNLOGGED).order_by(
+        "updated_at", "sequence"
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import models
@@ -106,6 +106,8 @@ class Status(models.TextChoices):
 TERMINAL = (Status.SUCCESS, Status.FAILED, Status.INTERRUPTED, Status.DISCARDED)
 OCCUPYING = (Status.CLAIMED, Status.RUNNING, Status.UNKNOWN)
 LEASED = (Status.CLAIMED, Status.RUNNING)
+# Executions whose attempts are over: a log row is due for each.
+ENDED = (*TERMINAL, Status.UNKNOWN)
 
 
 class TriggerType(models.TextChoices):
@@ -117,6 +119,9 @@ class LogPersistence(models.TextChoices):
     PENDING = "pending"
     PERSISTED = "persisted"
     UNCONFIRMED = "unconfirmed"
+
+
+UNLOGGED = (LogPersistence.PENDING, LogPersistence.UNCONFIRMED)
 
 
 def scheduled_occurrence_id(task_id: str, scheduled_for: datetime) -> uuid.UUID:
@@ -210,6 +215,17 @@ class Execution(models.Model):
                 where=models.Q(status__in=LEASED),
             ),
             models.Index(fields=["task_id", "status"], name="scheduler_execution_task"),
+            # The operator's lists and health checks: few rows, found without reading the history.
+            PartialIndex(
+                fields=["status", "updated_at"],
+                name="scheduler_execution_unknown",
+                where=models.Q(status=Status.UNKNOWN),
+            ),
+            PartialIndex(
+                fields=["log_persistence", "updated_at"],
+                name="scheduler_execution_unlogged",
+                where=models.Q(status__in=ENDED, log_persistence__in=UNLOGGED),
+            ),
             # Journal retention deletes the oldest ended rows first (scheduler_app/retention.py).
             PartialIndex(
                 fields=["finished_at"],
@@ -282,15 +298,15 @@ class ExecutionLog(models.Model):
 
 
 class RunnerQuerySet(models.QuerySet):
-    def with_state(self, now: datetime, lease: timedelta) -> RunnerQuerySet:
-        """Annotate ``state``: stopped, alive (seen within one lease before ``now``) or silent.
+    def with_state(self, now: datetime) -> RunnerQuerySet:
+        """Annotate ``state``: stopped, alive (its heartbeat is not overdue at ``now``) or silent.
 
-        Runners write last_seen_at on the database clock: pass ``now`` read from it.
+        Runners write their heartbeat on the database clock: pass ``now`` read from it.
         """
         return self.annotate(
             state=models.Case(
                 models.When(~models.Q(stopped_at=None), then=models.Value("stopped")),
-                models.When(last_seen_at__gte=now - lease, then=models.Value("alive")),
+                models.When(silent_after__gte=now, then=models.Value("alive")),
                 default=models.Value("silent"),
                 output_field=models.CharField(),
             )
@@ -305,6 +321,9 @@ class Runner(models.Model):
     pid = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     last_seen_at = models.DateTimeField()
+    # Written with each heartbeat: two heartbeat periods later, and a margin for slow ticks. A
+    # runner whose next heartbeat has not come by then is silent, whatever its own --lease.
+    silent_after = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
     version = models.CharField(max_length=32)
 

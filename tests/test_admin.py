@@ -687,7 +687,13 @@ def test_the_logs_filter_like_get_logs():
 def test_runners_show_who_is_alive_and_what_they_hold(admin_client):
     now = timezone.now()
     Runner.objects.create(
-        node_id="node-a", host="h1", pid=1, started_at=now - timedelta(hours=1), last_seen_at=now, version="1"
+        node_id="node-a",
+        host="h1",
+        pid=1,
+        started_at=now - timedelta(hours=1),
+        last_seen_at=now,
+        silent_after=now + timedelta(seconds=61),
+        version="1",
     )
     Runner.objects.create(
         node_id="node-old",
@@ -695,6 +701,7 @@ def test_runners_show_who_is_alive_and_what_they_hold(admin_client):
         pid=2,
         started_at=now - timedelta(days=1),
         last_seen_at=now - timedelta(hours=2),
+        silent_after=now - timedelta(hours=2) + timedelta(seconds=61),
         version="1",
     )
     make_execution("report", "running")
@@ -722,6 +729,32 @@ def test_the_dashboard_counts_states_and_draws_runs_per_hour(admin_client):
     start = page.index('id="scheduler-dashboard"')
     dashboard = page[start : page.index("</svg>", start)]
     assert "<svg" in dashboard and "<script" not in dashboard
+
+
+def test_the_dashboard_says_when_no_runner_is_alive_and_names_the_silent_ones(admin_client):
+    url = reverse("admin:app_list", args=["scheduler_app"])
+    page = admin_client.get(url).content.decode()
+    assert re.search(
+        r'id="scheduler-runners"[^>]*class="scheduler-alert">\s*<strong>0</strong> no live runner', page
+    )
+    now = timezone.now()
+    Runner.objects.create(
+        node_id="dead", host="h", pid=1, started_at=now, last_seen_at=now, silent_after=now, version="1"
+    )
+    Runner.objects.create(
+        node_id="up",
+        host="h",
+        pid=2,
+        started_at=now,
+        last_seen_at=now,
+        silent_after=now + timedelta(minutes=5),
+        version="1",
+    )
+    page = admin_client.get(url).content.decode()
+    assert re.search(
+        r'id="scheduler-runners"[^>]*class="scheduler-warn">\s*<strong>1</strong> live runner; silent: dead',
+        page,
+    )
 
 
 def test_the_dashboard_is_hidden_from_users_who_cannot_see_executions():
@@ -771,7 +804,9 @@ def rows_of_every_kind() -> None:
     )
     log_row("report", "success", timezone.now())
     now = timezone.now()
-    Runner.objects.create(node_id="node-a", host="h1", pid=1, started_at=now, last_seen_at=now, version="1")
+    Runner.objects.create(
+        node_id="node-a", host="h1", pid=1, started_at=now, last_seen_at=now, silent_after=now, version="1"
+    )
 
 
 def guesses(model: type[models.Model]) -> set[str]:

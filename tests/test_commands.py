@@ -16,7 +16,6 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import OperationalError, connection
-from django.test import override_settings
 from django.urls import reverse
 
 from scheduler_app import __version__, db, scheduler
@@ -130,46 +129,122 @@ def test_run_scheduler_refuses_bad_options(argument):
         call_command("run_scheduler", "--once", argument)
 
 
-def test_scheduler_status_tells_live_from_stopped_runners(capsys):
-    with pytest.raises(CommandError, match="no live runner"):
-        call_command("scheduler_status")
-    now = db.probe().now
-    RunnerRecord.objects.create(node_id="a", host="h", pid=1, started_at=now, last_seen_at=now, version="x")
-    RunnerRecord.objects.create(
-        node_id="b", host="h", pid=2, started_at=now, last_seen_at=now - timedelta(hours=1), version="x"
+def runner_record(node_id: str, seen, silent_after, stopped=None) -> RunnerRecord:
+    return RunnerRecord.objects.create(
+        node_id=node_id,
+        host="h",
+        pid=1,
+        started_at=seen,
+        last_seen_at=seen,
+        silent_after=silent_after,
+        stopped_at=stopped,
+        version="x",
     )
-    call_command("scheduler_status")
-    output = capsys.readouterr().out
-    assert "a\talive" in output and "b\tsilent" in output
-    with pytest.raises(CommandError):
-        call_command("scheduler_status", "--node-id", "b")
 
 
-def test_scheduler_status_and_the_runner_admin_share_one_alive_rule(capsys, admin_client):
+def status(*args: str) -> tuple[int, str]:
+    """scheduler_status's exit code and output."""
+    out = StringIO()
+    try:
+        call_command("scheduler_status", *args, stdout=out)
+    except CommandError as exc:
+        return exc.returncode, out.getvalue()
+    return 0, out.getvalue()
+
+
+def test_scheduler_status_tells_live_from_stopped_and_silent_runners():
+    assert status()[0] == 2
     now = db.probe().now
-    lease = timedelta(seconds=300)
-    for node_id, seen, stopped in (
-        ("edge", now - lease, None),
-        ("late", now - lease - timedelta(seconds=1), None),
-        ("gone", now, now),
-    ):
-        RunnerRecord.objects.create(
-            node_id=node_id,
-            host="h",
-            pid=1,
-            started_at=now,
-            last_seen_at=seen,
-            stopped_at=stopped,
-            version="x",
-        )
-    states = dict(RunnerRecord.objects.with_state(now, lease).values_list("node_id", "state"))
-    assert states == {"edge": "alive", "late": "silent", "gone": "stopped"}
-    with override_settings(SCHEDULER_APP={"LEASE_SECONDS": 3600}):
-        call_command("scheduler_status")
-        page = admin_client.get(reverse("admin:scheduler_app_runner_changelist"))
+    runner_record("a", now, now + timedelta(seconds=60))
+    runner_record("b", now - timedelta(minutes=5), now - timedelta(minutes=4))
+    runner_record("c", now, now + timedelta(seconds=60), stopped=now)
+    code, output = status()
+    assert "a\talive" in output and "b\tsilent" in output and "c\tstopped" in output
+    assert code == 5 and "ALERT silent_runners: runners gone silent without stopping: b" in output
+    assert status("--node-id", "a")[0] == 0
+    assert status("--node-id", "b")[0] == 2
+    assert status("--node-id", "c")[0] == 2
+
+
+def test_a_runner_is_silent_two_heartbeats_after_its_last_whatever_the_settings_lease(clock):
+    """Its own --lease sets its heartbeat (a third of it, at most 30 s): scheduler_status and the admin
+    read the allowance the runner wrote, not LEASE_SECONDS."""
+    short = SchedulerLoop(node_id="short", workers=0, lease_seconds=15, tick_interval=0.5, clock=clock)
+    default = SchedulerLoop(node_id="default", workers=0, clock=clock)
+    assert (short.heartbeat_seconds, default.heartbeat_seconds) == (5.0, 30.0)
+    short.start()
+    default.start()
+    rows = {r.node_id: r for r in RunnerRecord.objects.all()}
+    assert rows["short"].silent_after - rows["short"].last_seen_at == timedelta(seconds=2 * 5 + 2 * 0.5 + 1)
+    assert rows["default"].silent_after - rows["default"].last_seen_at == timedelta(
+        seconds=2 * 30 + 2 * 1 + 1
+    )
+    states = dict(
+        RunnerRecord.objects.with_state(clock.now() + timedelta(seconds=13)).values_list("node_id", "state")
+    )
+    assert states == {"short": "silent", "default": "alive"}
+
+
+def test_scheduler_status_and_the_runner_admin_share_one_alive_rule(admin_client):
+    now = db.probe().now
+    runner_record("edge", now - timedelta(seconds=30), now)
+    runner_record("late", now - timedelta(seconds=30), now - timedelta(microseconds=1))
+    runner_record("gone", now, now + timedelta(seconds=60), stopped=now)
+    page = admin_client.get(reverse("admin:scheduler_app_runner_changelist"))
     shown = {runner.node_id: runner.state for runner in page.context["cl"].result_list}
-    listed = dict(line.split("\t")[:2] for line in capsys.readouterr().out.splitlines())
-    assert shown == listed == {"edge": "alive", "late": "alive", "gone": "stopped"}
+    listed = dict(line.split("\t")[:2] for line in status()[1].splitlines() if "\t" in line)
+    assert shown["gone"] == listed["gone"] == "stopped"
+    assert shown["late"] == listed["late"] == "silent"
+    assert listed["edge"] in ("alive", "silent")  # the database clock moved on between the two reads
+
+
+def test_each_condition_has_its_exit_code_and_the_lowest_wins(clock):
+    now = db.probe().now
+    scheduler.register(definition("report", cron="0 0 1 1 *", max_concurrency=5))
+    runner_record("a", now, now + timedelta(minutes=5))
+    assert status() == (0, "a\talive\tlast seen " + f"{now:%Y-%m-%dT%H:%M:%SZ}\n")
+    failure = scheduler.trigger("report", idempotency_key="f")
+    Execution.objects.filter(sequence=failure.sequence).update(status="failed", finished_at=now)
+    assert status()[0] == 6  # its log row was never written
+    unknown = scheduler.trigger("report", idempotency_key="u")
+    Execution.objects.filter(sequence=unknown.sequence).update(
+        status="unknown", updated_at=now - timedelta(minutes=3)
+    )
+    code, output = status()
+    assert code == 4 and "1 executions in state unknown" in output and "180 s ago" in output
+    late = scheduler.trigger("report", idempotency_key="l")
+    Execution.objects.filter(sequence=late.sequence).update(due_at=now - timedelta(minutes=2))
+    assert status()[0] == 3
+    RunnerRecord.objects.update(silent_after=now - timedelta(seconds=1))
+    code, output = status()
+    assert code == 2
+    assert [line.split(":")[0] for line in output.splitlines() if line.startswith("ALERT")] == [
+        "ALERT no_live_runner",
+        "ALERT late",
+        "ALERT unknown",
+        "ALERT silent_runners",
+        "ALERT log_failures",
+    ]
+
+
+def test_scheduler_status_json_is_one_document_with_every_figure():
+    import json
+
+    now = db.probe().now
+    runner_record("a", now, now + timedelta(minutes=5))
+    code, output = status("--json")
+    body = json.loads(output)
+    assert code == 0 and body["ok"] is True and body["conditions"] == []
+    assert body["runners"][0]["node_id"] == "a" and body["runners"][0]["state"] == "alive"
+    assert body["unknown"] == {"count": 0, "oldest_updated_at": None}
+    assert body["late"] == {"pending": 0, "oldest_due_at": None, "tasks_behind": 0}
+    assert body["log_failures"] == {"count": 0}
+    RunnerRecord.objects.update(silent_after=now - timedelta(seconds=1))
+    code, output = status("--json")
+    assert code == 2 and [c["name"] for c in json.loads(output)["conditions"]] == [
+        "no_live_runner",
+        "silent_runners",
+    ]
 
 
 def test_a_runner_backs_off_while_the_database_is_down_and_recovers():

@@ -10,7 +10,8 @@ from django.db.models import Count
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from scheduler_app import listing
+from scheduler_app import health, listing
+from scheduler_app.db import probe
 from scheduler_app.models import Execution, ExecutionEvent, Status
 
 HOURS = 24
@@ -95,7 +96,12 @@ def hourly_runs(now: datetime) -> list[Bar]:
 def dashboard(now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     bars = hourly_runs(now)
+    # Runners write their heartbeat on the database clock: compare on it, as scheduler_status does.
+    database_now = probe().now
+    runners = health.runners(database_now)
     return {
+        "live_runners": health.live(runners),
+        "silent_runners": health.silent_lately(runners, database_now),
         "states": state_counts(now - timedelta(hours=HOURS)),
         "unknown": listing.unknown().count(),
         "log_failures": listing.log_failures().count(),

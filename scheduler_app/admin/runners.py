@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -15,7 +14,6 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from scheduler_app.admin.common import ReadOnlyAdmin
-from scheduler_app.conf import scheduler_settings
 from scheduler_app.db import probe
 from scheduler_app.models import LEASED, Execution, Runner, RunnerQuerySet
 
@@ -51,9 +49,8 @@ class RunnerAdmin(ReadOnlyAdmin):
         )
         runners = super().get_queryset(request)
         assert isinstance(runners, RunnerQuerySet)
-        lease = timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
         # The same rule as manage.py scheduler_status, on the database clock.
-        return runners.with_state(probe().now, lease).annotate(
+        return runners.with_state(probe().now).annotate(
             held=Coalesce(Subquery(held, output_field=IntegerField()), 0)
         )
 

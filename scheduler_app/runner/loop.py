@@ -38,6 +38,9 @@ DATABASE_ERRORS = (DatabaseError, InterfaceError)
 # more threads there would only queue on its lock.
 DEFAULT_WORKERS = 16
 SQLITE_WORKERS = 4
+# A runner writes its heartbeat (and renews its leases) every third of its lease, or this often
+# if that is sooner: a runner that died is seen silent within about two of these.
+HEARTBEAT_SECONDS = 30.0
 
 
 class RunnerFailed(Exception):
@@ -83,6 +86,7 @@ class SchedulerLoop:
         self.drain_seconds = float(
             drain_seconds if drain_seconds is not None else scheduler_settings.DRAIN_SECONDS
         )
+        self.heartbeat_seconds = min(self.lease_seconds / 3, max(HEARTBEAT_SECONDS, self.tick_interval))
         self.clock: Clock = clock or DatabaseClock()
         self.in_flight: dict[int, Attempt] = {}
         self._lock = threading.Lock()
@@ -118,6 +122,7 @@ class SchedulerLoop:
                 "pid": os.getpid(),
                 "started_at": now,
                 "last_seen_at": now,
+                "silent_after": self._silent_after(now),
                 "stopped_at": None,
                 "version": __version__,
             },
@@ -335,7 +340,7 @@ class SchedulerLoop:
             claimed = self.claim_and_dispatch(now)
             self._claimed_nothing = claimed == 0
             worked = claimed > 0 or worked
-        if time.monotonic() - self._last_renewal >= self.lease_seconds / 3:
+        if time.monotonic() - self._last_renewal >= self.heartbeat_seconds:
             self.renew_leases()
         if time.monotonic() - self._last_prune >= 60:
             self._last_prune = time.monotonic()
@@ -406,6 +411,11 @@ class SchedulerLoop:
             for attempt in attempts:
                 self._pool.submit(attempt)
         return len(attempts)
+
+    def _silent_after(self, now: datetime) -> datetime:
+        """When this runner is silent unless it wrote a heartbeat since ``now``: two heartbeat
+        periods, and two ticks and a second for a slow tick."""
+        return now + timedelta(seconds=2 * self.heartbeat_seconds + 2 * self.tick_interval + 1)
 
     def _local(self, instant: datetime) -> float:
         """The monotonic time at which the database reaches ``instant``, never later than it does.
@@ -496,7 +506,9 @@ class SchedulerLoop:
         with self._lock:
             attempts = [attempt for attempt in self.in_flight.values() if not attempt.handed_off]
         try:
-            Runner.objects.filter(node_id=self.node_id).update(last_seen_at=now)
+            Runner.objects.filter(node_id=self.node_id).update(
+                last_seen_at=now, silent_after=self._silent_after(now)
+            )
             if not attempts:
                 return
             tokens = {attempt.claim.execution.sequence: attempt.claim.token for attempt in attempts}

@@ -1,42 +1,69 @@
-"""manage.py scheduler_status: which runners are alive; exit 1 when none is (or --node-id is not)."""
+"""manage.py scheduler_status: runners, late runs, unknown executions and log failures, each with
+its own exit code; --node-id checks one runner's liveness only (a probe for that runner)."""
 
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
+import json
 from typing import Any
 
 from django.core.management.base import CommandError
 from django.db import DatabaseError
 
-from scheduler_app import database_errors
-from scheduler_app.conf import scheduler_settings
+from scheduler_app import database_errors, health
 from scheduler_app.db import probe
 from scheduler_app.management.base import OfflineChecksCommand
 from scheduler_app.models import Runner
 
 
 class Command(OfflineChecksCommand):
-    help = "List runners and fail when no runner (or the given one) has been seen within one lease."
+    help = (
+        "Report runners, late runs, unknown executions and log failures; exit 0 when all is well, else"
+        " 2 no live runner, 3 late runs, 4 unknown executions, 5 silent runners, 6 log failures"
+        " (the lowest code of those found), 1 when the database cannot be read."
+    )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--node-id", help="Check this runner only.")
+        parser.add_argument("--node-id", help="Check only that this runner is alive (exit 2 if not).")
+        parser.add_argument("--json", action="store_true", help="Print one JSON document.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            # Runners write last_seen_at on the database clock: compare on it too.
-            lease = timedelta(seconds=float(scheduler_settings.LEASE_SECONDS))
-            runners = list(Runner.objects.with_state(probe().now, lease))
+            # Runners write their heartbeat on the database clock: compare on it too.
+            now = probe().now
+            if options["node_id"]:
+                self.one_runner(health.runners(now, options["node_id"]), options)
+                return
+            report = health.check(now)
         except DatabaseError as exc:
             raise CommandError(database_errors.describe(exc)) from None
-        if options["node_id"]:
-            runners = [runner for runner in runners if runner.node_id == options["node_id"]]
-        alive = 0
-        for runner in runners:
-            state = str(getattr(runner, "state", ""))
-            alive += state == "alive"
+        if options["json"]:
+            self.stdout.write(json.dumps(report.as_dict(), indent=2))
+        else:
+            for runner in report.runners:
+                self.write_runner(runner)
+            for condition in report.conditions:
+                self.stdout.write(f"ALERT {condition.name}: {condition.message}")
+        if report.conditions:
+            first = min(report.conditions, key=lambda c: c.exit_code)
+            raise CommandError(first.message, returncode=first.exit_code)
+
+    def one_runner(self, runners: list[Runner], options: dict[str, Any]) -> None:
+        alive = any(getattr(r, "state", "") == "alive" for r in runners)
+        if options["json"]:
+            states = {r.node_id: getattr(r, "state", "") for r in runners}
             self.stdout.write(
-                f"{runner.node_id}\t{state}\tlast seen {runner.last_seen_at:%Y-%m-%dT%H:%M:%SZ}"
+                json.dumps(
+                    {"ok": alive, "node_id": options["node_id"], "state": states.get(options["node_id"])}
+                )
             )
+        else:
+            for runner in runners:
+                self.write_runner(runner)
         if not alive:
-            raise CommandError("no live runner")
+            raise CommandError(f"runner {options['node_id']} is not alive", returncode=2)
+
+    def write_runner(self, runner: Runner) -> None:
+        self.stdout.write(
+            f"{runner.node_id}\t{getattr(runner, 'state', '')}\tlast seen {runner.last_seen_at:%Y-%m-%dT%H:%M:%SZ}"
+        )
