@@ -81,7 +81,8 @@ def owned(token: str, *statuses: str) -> Q:
 
 
 def holds(row: tuple[str, str, bool] | None, token: str, *statuses: str, starting: bool = True) -> bool:
-    """``owned`` for a row as ``lock_rows`` read it; a start also needs no stop requested."""
+    """``owned`` for a row as ``lock_rows`` read it; with ``starting`` (a start, or an outcome that
+    registers a result) also no stop requested."""
     if row is None:
         return False
     held_token, status, stop_requested = row

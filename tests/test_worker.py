@@ -40,6 +40,21 @@ def test_a_stop_request_is_observed_within_one_renewal_period(running):
     assert execution.error["message"] == "stop requested"
 
 
+def test_a_stop_request_reaches_a_running_attempt_within_about_a_tick_not_at_the_renewal(running):
+    """With a 300 s lease the renewal comes every 30 s; the runner reads the stop flags of its running
+    attempts once per tick interval (0.5 s here) instead."""
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    execution = scheduler.trigger("report", params={"block": 60})
+    running(lease_seconds=300, tick_interval=0.5)
+    wait_for(lambda: status_of(execution) == Status.RUNNING)
+    scheduler.executions.request_stop(execution.occurrence_id, by="ops")
+    wait_for(lambda: status_of(execution) == Status.INTERRUPTED, timeout=5)
+    stopped = Execution.objects.get(sequence=execution.sequence)
+    assert (
+        stopped.error == {"reason": "stop requested", "message": "stop requested"} and stopped.result is None
+    )
+
+
 def test_a_runner_that_loses_its_lease_cancels_and_writes_nothing_more(running):
     scheduler.register(definition(cron="0 0 1 1 *"))
     execution = scheduler.trigger("report", params={"block": 60})

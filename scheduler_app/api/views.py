@@ -407,7 +407,7 @@ class ExecutionViewSet(SchedulerViewSet):
     )
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, occurrence_id: str) -> Response:
-        """Stop an execution: pending ones end now, running ones at their next lease renewal."""
+        """Stop an execution: pending ones end now, running ones within about a tick; no result counts after it."""
         return Response(
             ExecutionSerializer(scheduler.executions.request_stop(occurrence_id, by=self.by())).data
         )

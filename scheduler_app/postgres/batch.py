@@ -155,7 +155,8 @@ def _finish_sql() -> str:
     events_from_u = "SELECT sequence, %s, from_status, new_status, event_reason, %s, attempt, event_result, event_error FROM u"
     return (
         f"WITH v AS (SELECT * FROM {batch}),"
-        f" {_owned_rows('e.status = v.from_status')},"
+        # An outcome that registers a result is refused once a stop was requested (recording.py).
+        f" {_owned_rows(f'e.status = v.from_status AND (NOT e.stop_requested OR v.new_status = {status_literal(Status.INTERRUPTED)})')},"
         # The array of sequences lets the planner see a handful of primary-key lookups, where
         # it takes a JSON document for a hundred rows (and would scan the table).
         f" u AS (UPDATE {execution} e SET {assignments} FROM l"

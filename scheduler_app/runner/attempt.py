@@ -24,6 +24,7 @@ from scheduler_app.runner.claims import Claim
 from scheduler_app.runner.clock import Clock
 from scheduler_app.runner.recording import (
     EXECUTION_FAILED,
+    STOPPED,
     DirectJournal,
     Finish,
     HandsOff,
@@ -92,11 +93,6 @@ class Attempt:
                 return False
             self.abandoned = True
             return True
-
-
-STOPPED = Outcome(
-    Status.INTERRUPTED, "stop requested", error={"reason": "stop requested", "message": "stop requested"}
-)
 
 
 def safe_message(exc: BaseException) -> str:

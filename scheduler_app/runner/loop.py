@@ -100,6 +100,7 @@ class SchedulerLoop:
         self._last_renewal = 0.0
         self._last_prune = 0.0
         self._pruning: threading.Thread | None = None
+        self._last_stop_read = 0.0
         # The last probe: when it was sent (monotonic) and the database time it read.
         self._anchor = (time.monotonic(), datetime.now(UTC))
         self._next_event: float | None = None
@@ -209,6 +210,7 @@ class SchedulerLoop:
                     logger.exception("tick failed; next try in %.1fs", backoff)
                 self.cancel_overdue()
                 self.enforce_time_limits()
+                self._read_stop_requests()
                 if once:
                     self.wait_idle(self.drain_seconds, watch_limits=True)
                     break
@@ -498,6 +500,32 @@ class SchedulerLoop:
         if self._needs_work():
             self._freed.set()
             self._wake.set()
+
+    def _read_stop_requests(self) -> None:
+        """Cancel running attempts an operator asked to stop: one indexed read of their rows, at most
+        once per tick interval and only while attempts run, so a stop lands within about a tick
+        (the lease renewal reads the flags too, every heartbeat)."""
+        if time.monotonic() - self._last_stop_read < self.tick_interval:
+            return
+        with self._lock:
+            running = {
+                sequence: attempt
+                for sequence, attempt in self.in_flight.items()
+                if not attempt.handed_off and not attempt.cancelled.is_set()
+            }
+        if not running:
+            return
+        self._last_stop_read = time.monotonic()
+        try:
+            stopped = Execution.objects.filter(sequence__in=list(running), stop_requested=True).values_list(
+                "sequence", flat=True
+            )
+            for sequence in list(stopped):
+                running[sequence].cancel("stop requested")
+        except DATABASE_ERRORS as exc:
+            # The renewal reads the flags too; a failure here only delays the stop until then.
+            logger.warning("reading stop requests failed: %s", database_errors.describe(exc))
+            db.drop_broken_connections()
 
     def renew_leases(self) -> None:
         """Extend the leases of in-flight attempts; cancel those lost or stop-requested."""

@@ -14,7 +14,7 @@ from django.db import DEFAULT_DB_ALIAS, DataError, transaction
 from django.db import Error as DatabaseLibraryError
 
 from scheduler_app import db, journal, logs
-from scheduler_app.models import ExecutionLog, LogPersistence, Status
+from scheduler_app.models import Execution, ExecutionLog, LogPersistence, Status
 from scheduler_app.runner.clock import Clock
 
 if TYPE_CHECKING:
@@ -140,6 +140,18 @@ class Finish:
         }
 
 
+# What a stop request leaves: no result is registered once it is committed (docs/operations.md).
+STOPPED = Outcome(
+    Status.INTERRUPTED, "stop requested", error={"reason": "stop requested", "message": "stop requested"}
+)
+
+
+def registers_result(finish: Finish) -> bool:
+    """Whether a stop request committed before this outcome turns it into STOPPED: every outcome but
+    an interruption (which registers no result)."""
+    return finish.outcome.status != Status.INTERRUPTED
+
+
 def plan_finish(attempt: Attempt, now: datetime, outcome: Outcome, from_status: str) -> Finish:
     execution, task = attempt.claim.execution, attempt.claim.task
     number = execution.attempt
@@ -208,6 +220,7 @@ def record_finish(finish: Finish, node: str) -> tuple[Finish, bool, bool]:
                 attempt=execution.attempt,
                 reason=finish.reason,
                 fields=columns,
+                extra_filter={"stop_requested": False} if registers_result(finish) else None,
                 result=finish.outcome.result,
                 error=finish.outcome.error,
             )
@@ -236,12 +249,30 @@ def record_finish(finish: Finish, node: str) -> tuple[Finish, bool, bool]:
             moved = None
     except DatabaseLibraryError:
         moved = None
+    if (
+        moved is False
+        and registers_result(finish)
+        and _stop_requested(execution.sequence, token, finish.from_status)
+    ):
+        # An operator asked for a stop before this outcome arrived: it is not registered.
+        finish = plan_finish(finish.attempt, finish.now, STOPPED, finish.from_status)
+        try:
+            moved = record(finish, log_written)
+        except DatabaseLibraryError:
+            moved = None
     if moved is None:
         logger.warning("could not record the outcome of %s; its lease will expire", execution.occurrence_id)
         return finish, False, False
     if not moved:
         logger.warning("lease lost for %s; outcome not recorded", execution.occurrence_id)
-    return finish, moved, log_written
+    return finish, moved, log_written and moved
+
+
+def _stop_requested(sequence: int, token: str, status: str) -> bool:
+    """Whether the row is still this attempt's and an operator asked for a stop."""
+    return Execution.objects.filter(
+        journal.owned(token, status), sequence=sequence, stop_requested=True
+    ).exists()
 
 
 def unstorable(finish: Finish) -> Outcome:

@@ -181,10 +181,10 @@ def write_group(
     recorded = statements.finish_batch(finishes, node, now)
     answers: list[tuple[Any, ...]] = []
     for finish in finishes:
-        execution = finish.attempt.claim.execution
-        if execution.sequence in recorded:
+        if finish.attempt.claim.execution.sequence in recorded:
             answers.append((finish, True, finish.log_with_outcome))
         else:
-            logger.warning("lease lost for %s; outcome not recorded", execution.occurrence_id)
-            answers.append((finish, False, False))
+            # A lost lease, or a stop requested before the outcome: the one-attempt path tells
+            # them apart and records the stop.
+            answers.append(record_finish(finish, node))
     return answers

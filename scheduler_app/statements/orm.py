@@ -135,7 +135,8 @@ class Statements:
                     current.get(f.attempt.claim.execution.sequence),
                     f.attempt.claim.token,
                     f.from_status,
-                    starting=False,
+                    # An outcome that registers a result is refused once a stop was requested.
+                    starting=f.outcome.status != Status.INTERRUPTED,
                 )
             ]
             if owned:
