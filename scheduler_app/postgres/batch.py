@@ -156,7 +156,7 @@ def _finish_sql() -> str:
     return (
         f"WITH v AS (SELECT * FROM {batch}),"
         # An outcome that registers a result is refused once a stop was requested (recording.py).
-        f" {_owned_rows(f'e.status = v.from_status AND (NOT e.stop_requested OR v.new_status = {status_literal(Status.INTERRUPTED)})')},"
+        f" {_owned_rows(f'e.status = v.from_status AND (NOT e.stop_requested OR v.new_status IN {status_literal(Status.INTERRUPTED, Status.UNKNOWN)})')},"
         # The array of sequences lets the planner see a handful of primary-key lookups, where
         # it takes a JSON document for a hundred rows (and would scan the table).
         f" u AS (UPDATE {execution} e SET {assignments} FROM l"

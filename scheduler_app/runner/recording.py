@@ -146,10 +146,15 @@ STOPPED = Outcome(
 )
 
 
+# Outcomes that stand whatever a stop request says (registers_result).
+NO_RESULT = (Status.INTERRUPTED, Status.UNKNOWN)
+
+
 def registers_result(finish: Finish) -> bool:
     """Whether a stop request committed before this outcome turns it into STOPPED: every outcome but
-    an interruption (which registers no result)."""
-    return finish.outcome.status != Status.INTERRUPTED
+    an interruption (which registers no result) and unknown (a handler that may still run: saying it
+    stopped would be a guess)."""
+    return finish.outcome.status not in NO_RESULT
 
 
 def plan_finish(attempt: Attempt, now: datetime, outcome: Outcome, from_status: str) -> Finish:

@@ -136,7 +136,7 @@ class Statements:
                     f.attempt.claim.token,
                     f.from_status,
                     # An outcome that registers a result is refused once a stop was requested.
-                    starting=f.outcome.status != Status.INTERRUPTED,
+                    starting=f.outcome.status not in (Status.INTERRUPTED, Status.UNKNOWN),
                 )
             ]
             if owned:
