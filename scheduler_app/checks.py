@@ -220,6 +220,27 @@ CHECKS: dict[str, Check] = {
         "Keep executions longer than a runner may still look back for a missed fire time: give more days,"
         " or a shorter grace.",
     ),
+    "scheduler_app.E046": Check(
+        Error, "SCHEDULER_APP['ALERTS'] must be a dict.", 'Set "ALERTS": {...} with the keys to change.'
+    ),
+    "scheduler_app.E047": Check(
+        Error, "Unknown SCHEDULER_APP['ALERTS'] keys: {keys}.", _known(DEFAULTS["ALERTS"])
+    ),
+    "scheduler_app.E048": Check(
+        Error,
+        "SCHEDULER_APP['ALERTS']['MAIL_ADMINS'] must be a list of statuses among \"unknown\" and \"failed\".",
+        'Give ["unknown"], ["unknown", "failed"], or [] to send no mail.',
+    ),
+    "scheduler_app.E049": Check(
+        Error,
+        "SCHEDULER_APP['ALERTS']['EVERY_SECONDS'] must be a positive number.",
+        "Give seconds, such as 300: at most one mail per status that often, across the cluster.",
+    ),
+    "scheduler_app.E050": Check(
+        Error,
+        "SCHEDULER_APP['ALERTS']['BASE_URL'] must be empty or an http(s) URL.",
+        'Give the address the admin is served under, such as "https://ops.example.com", or "" for paths.',
+    ),
     "scheduler_app.E043": Check(
         Error,
         "SCHEDULER_APP['PREPARED_STATEMENTS'] must be True, False or None.",
@@ -309,6 +330,19 @@ VALUE_RULES: tuple[tuple[str, str, str | None, Callable[[Any], bool]], ...] = (
         None,
         lambda value: value is None or isinstance(value, bool),
     ),
+    (
+        "scheduler_app.E048",
+        "ALERTS",
+        "MAIL_ADMINS",
+        lambda value: isinstance(value, (list, tuple)) and set(value) <= {"unknown", "failed"},
+    ),
+    ("scheduler_app.E049", "ALERTS", "EVERY_SECONDS", _is_positive_number),
+    (
+        "scheduler_app.E050",
+        "ALERTS",
+        "BASE_URL",
+        lambda value: isinstance(value, str) and (not value or value.startswith(("http://", "https://"))),
+    ),
     ("scheduler_app.E015", "HTTP", "TIMEOUT", _is_timeout),
     ("scheduler_app.E016", "HTTP", "MAX_RESPONSE_BYTES", _is_positive_int),
     ("scheduler_app.E017", "HTTP", "RESULT_MAX_BYTES", _is_positive_int),
@@ -322,6 +356,7 @@ VALUE_RULES: tuple[tuple[str, str, str | None, Callable[[Any], bool]], ...] = (
 # The dict settings: (setting, id when it is not a dict, id for unknown keys or None).
 DICT_SETTINGS: tuple[tuple[str, str, str | None], ...] = (
     ("HTTP", "scheduler_app.E013", "scheduler_app.E014"),
+    ("ALERTS", "scheduler_app.E046", "scheduler_app.E047"),
     ("JS", "scheduler_app.E021", "scheduler_app.E022"),
     ("HOOKS", "scheduler_app.E026", None),
     ("HANDLERS", "scheduler_app.E029", None),

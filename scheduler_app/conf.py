@@ -44,6 +44,9 @@ DEFAULTS: dict[str, Any] = {
     # PostgreSQL: prepare the runner's and triggers' fixed statements. None: yes, unless the
     # database's DISABLE_SERVER_SIDE_CURSORS says a transaction-mode pooler is in between.
     "PREPARED_STATEMENTS": None,
+    # Mail to the ADMINS for executions recorded "unknown" and/or "failed" (for good), at most one
+    # per status every EVERY_SECONDS across the cluster; BASE_URL makes the admin link absolute.
+    "ALERTS": {"MAIL_ADMINS": [], "EVERY_SECONDS": 300, "BASE_URL": ""},
 }
 
 

@@ -35,12 +35,12 @@ class Pruned:
     seconds: float = 0.0
 
 
-def take_turn(name: str, now: datetime) -> bool:
+def take_turn(name: str, now: datetime, every: timedelta = EVERY) -> bool:
     """True for the one caller in the cluster whose turn at chore ``name`` it is (at most once
-    per EVERY): a compare-and-set on its MaintenanceMark row."""
-    MaintenanceMark.objects.get_or_create(name=name, defaults={"last_run_at": now - EVERY})
+    per ``every``): a compare-and-set on its MaintenanceMark row."""
+    MaintenanceMark.objects.get_or_create(name=name, defaults={"last_run_at": now - every})
     return bool(
-        MaintenanceMark.objects.filter(name=name, last_run_at__lte=now - EVERY).update(last_run_at=now)
+        MaintenanceMark.objects.filter(name=name, last_run_at__lte=now - every).update(last_run_at=now)
     )
 
 

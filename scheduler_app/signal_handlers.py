@@ -7,7 +7,12 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from scheduler_app import alerts, signals
 from scheduler_app.handlers import registry
+
+# The mail receiver asks ALERTS at each signal: connected always, it sends nothing unless asked to.
+signals.execution_unknown.connect(alerts.mail_the_admins, dispatch_uid="scheduler_app.mail_unknown")
+signals.execution_failed.connect(alerts.mail_the_admins, dispatch_uid="scheduler_app.mail_failed")
 
 
 @receiver(setting_changed)

@@ -78,6 +78,12 @@ TRIGGERS = [
     ("scheduler_app.E044", {"JOURNAL_RETENTION_DAYS": 0}),
     ("scheduler_app.E044", {"JOURNAL_RETENTION_DAYS": 1.5}),
     ("scheduler_app.E045", {"JOURNAL_RETENTION_DAYS": 1, "MISFIRE_GRACE_SECONDS": 86400}),
+    ("scheduler_app.E046", {"ALERTS": ["unknown"]}),
+    ("scheduler_app.E047", {"ALERTS": {"MAIL": ["unknown"]}}),
+    ("scheduler_app.E048", {"ALERTS": {"MAIL_ADMINS": ["retried"]}}),
+    ("scheduler_app.E048", {"ALERTS": {"MAIL_ADMINS": "unknown"}}),
+    ("scheduler_app.E049", {"ALERTS": {"EVERY_SECONDS": 0}}),
+    ("scheduler_app.E050", {"ALERTS": {"BASE_URL": "ops.example.com"}}),
 ]
 # Conditions of Django's own settings: (id, SCHEDULER_APP, the Django settings that trigger it).
 DJANGO_TRIGGERS = [

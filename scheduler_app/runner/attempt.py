@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import Error as DatabaseLibraryError
 
-from scheduler_app import journal, logs
+from scheduler_app import alerts, journal, logs
 from scheduler_app.events import ExecutionContext, TaskEvent
 from scheduler_app.exceptions import TaskSkipped
 from scheduler_app.handlers import registry
@@ -290,8 +290,10 @@ def _recorded(
         return False
     execution, task = attempt.claim.execution, attempt.claim.task
     execution.status = finish.to_status
+    execution.error = finish.fields.get("error", execution.error)
     if not log_written:
         logs.write_and_confirm(execution, [finish.log])
+    alerts.ended(execution, finish.to_status, finish.now)
     if event is not None:
         event.log = finish.log
         notify("on_task_interrupted" if outcome.status == Status.INTERRUPTED else "on_task_finish", event)

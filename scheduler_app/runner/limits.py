@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import Error as DatabaseLibraryError
 
-from scheduler_app import db, journal, logs
+from scheduler_app import alerts, db, journal, logs
 from scheduler_app.handlers import registry
 from scheduler_app.models import Execution, Status
 from scheduler_app.runner.clock import Clock
@@ -155,6 +155,8 @@ def record_unknown(attempt: Attempt, node: str, clock: Clock) -> bool:
             )
             if not log_written:
                 logs.write_and_confirm(execution, [finish.log])
+            execution.status, execution.error = Status.UNKNOWN, finish.fields.get("error")
+            alerts.ended(execution, Status.UNKNOWN, finish.now)
             return True
         owned = journal.owned(attempt.claim.token, Status.RUNNING)
         return not Execution.objects.filter(owned, sequence=execution.sequence).exists()

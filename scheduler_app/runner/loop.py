@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connections, router, transaction
 
-from scheduler_app import __version__, database_errors, db, journal, logs, retention, wakeup
+from scheduler_app import __version__, alerts, database_errors, db, journal, logs, retention, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import StorageError
 from scheduler_app.models import LEASED, Execution, Runner, Status
@@ -336,6 +336,7 @@ class SchedulerLoop:
         if probe.next_lease_expiry is not None and probe.next_lease_expiry < now:
             for ended in claims.recover_expired(now, self.node_id):
                 self._write_log(ended.execution, ended.task_name, ended.log_status)
+                alerts.ended(ended.execution, ended.log_status, now)
             worked = True
         self._claimed_nothing = False
         if due and not self._stopping.is_set() and self._needs_work():
