@@ -193,6 +193,7 @@ def test_mini_racer_is_required_only_by_the_js_extra_and_the_extras_are_all_for_
     metadata = built.metadata()
     assert sorted(metadata.get_all("Provides-Extra")) == [
         "js",
+        "metrics",
         "mysql",
         "openapi",
         "postgres",
