@@ -757,6 +757,25 @@ def test_the_dashboard_says_when_no_runner_is_alive_and_names_the_silent_ones(ad
     )
 
 
+def test_a_failed_attempt_that_will_be_retried_counts_as_failed_on_the_dashboard_and_the_task_list(
+    admin_client, clock
+):
+    from django.test import override_settings
+
+    from tests.factories import definition, inline_runner
+
+    scheduler.register(definition("flaky", cron="0 0 1 1 *", retry={"max_attempts": 3, "backoff": [60]}))
+    scheduler.trigger("flaky", params={"fail": True})
+    with override_settings(SCHEDULER_APP={"HOOKS": {"on_task_execute": "tests.hooks.on_task_execute"}}):
+        inline_runner(clock).tick()
+    assert Execution.objects.get().status == "pending"  # its retry waits 60 s
+    page = admin_client.get(reverse("admin:app_list", args=["scheduler_app"])).content.decode()
+    assert "1 failed, 0 interrupted" in page and re.search(r"failed: 1\b", page)
+    tasks = admin_client.get(reverse("admin:scheduler_app_task_changelist") + "?last_outcome=failed")
+    assert [task.id for task in tasks.context["cl"].result_list] == ["flaky"]
+    assert tasks.context["cl"].result_list[0].last_status == "failed"
+
+
 def test_the_dashboard_is_hidden_from_users_who_cannot_see_executions():
     client = Client()
     client.force_login(staff("tom", "view_task"))

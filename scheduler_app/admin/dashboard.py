@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Case, Count, F, Q, Value, When
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
@@ -15,6 +15,8 @@ from scheduler_app.db import probe
 from scheduler_app.models import Execution, ExecutionEvent, Status
 
 HOURS = 24
+# The start of the reason of a retry's event (runner/recording.py's plan_finish).
+RETRY_REASON = "retry in "
 OUTCOMES = (Status.SUCCESS, Status.FAILED, Status.INTERRUPTED)
 COLOURS = {Status.SUCCESS: "#2e7d32", Status.FAILED: "#c62828", Status.INTERRUPTED: "#ef8f00"}
 BAR_WIDTH = 18
@@ -66,13 +68,20 @@ def state_counts(since: datetime) -> list[tuple[str, int]]:
 def hourly_runs(now: datetime) -> list[Bar]:
     """Attempts that ended in each of the last 24 hours (UTC), by outcome, laid out as stacked bars."""
     first = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=HOURS - 1)
+    # A failed attempt that will be retried moves its execution back to pending: it is a failure too.
+    retried = Q(from_status=Status.RUNNING, to_status=Status.PENDING, reason__startswith=RETRY_REASON)
     rows = (
-        ExecutionEvent.objects.filter(at__gte=first, to_status__in=OUTCOMES)
-        .annotate(hour=TruncHour("at", tzinfo=UTC))
+        ExecutionEvent.objects.filter(Q(to_status__in=OUTCOMES) | retried, at__gte=first)
+        .annotate(
+            hour=TruncHour("at", tzinfo=UTC),
+            outcome=Case(
+                When(to_status=Status.PENDING, then=Value(Status.FAILED.value)), default=F("to_status")
+            ),
+        )
         .order_by()
-        .values("hour", "to_status")
+        .values("hour", "outcome")
         .annotate(n=Count("id"))
-        .values_list("hour", "to_status", "n")
+        .values_list("hour", "outcome", "n")
     )
     found: dict[tuple[datetime, str], int] = {}
     for hour, status, n in rows:

@@ -9,7 +9,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.contrib import admin, messages
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Case, F, OuterRef, Q, QuerySet, Subquery, Value, When
 from django.forms import ModelForm
 from django.http import HttpRequest
 from django.utils import timezone
@@ -70,10 +70,17 @@ class TaskAdmin(SchedulerAdmin):
     actions = ["run_now", "enable", "disable"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
+        # A failed attempt waiting for its retry leaves its execution pending: it counts as failed.
         last = (
-            Execution.objects.filter(task_id=OuterRef("pk"), status__in=OUTCOMES)
+            Execution.objects.filter(task_id=OuterRef("pk"))
+            .filter(Q(status__in=OUTCOMES) | Q(status=Status.PENDING, attempt__gt=0))
             .order_by("-sequence")
-            .values("status")[:1]
+            .annotate(
+                outcome=Case(
+                    When(status=Status.PENDING, then=Value(Status.FAILED.value)), default=F("status")
+                )
+            )
+            .values("outcome")[:1]
         )
         tasks: QuerySet[Task] = super().get_queryset(request).annotate(last_status=Subquery(last))
         return tasks
