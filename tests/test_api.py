@@ -38,6 +38,7 @@ ALL_PERMISSIONS = (
     "change_execution",
     "view_executionlog",
     "resolve_unknown",
+    "view_runner",
 )
 SECRET_HANDLER = {
     "kind": "api",
@@ -549,6 +550,7 @@ def test_each_call_needs_its_model_permission():
         viewer.post(BASE + "tasks/report/trigger/", {}, format="json"),
         viewer.get(BASE + "logs/"),
         viewer.get(BASE + "executions/"),
+        viewer.get(BASE + "runners/"),
         viewer.get(BASE + "executions/unknown/"),
         viewer.get(BASE + "executions/log-failures/"),
         viewer.get(BASE + f"executions/{execution.occurrence_id}/"),

@@ -3,6 +3,7 @@ and offset; bad input is refused with scheduler:012 and the field it concerns.""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -156,3 +157,31 @@ def test_rest_operator_lists_by_limit_and_offset(journal, api):
     ]
     assert_error(api.get(BASE + "executions/unknown/?limit=101"), 400, "scheduler:012", {"limit"})
     assert_error(api.get(BASE + "executions/log-failures/?offset=-1"), 400, "scheduler:012", {"offset"})
+
+
+def test_rest_runners_with_their_state(api):
+    from scheduler_app import db
+    from scheduler_app.models import Runner
+
+    now = db.probe().now
+    for node_id, silent_after, stopped in (
+        ("up", now + timedelta(minutes=1), None),
+        ("dead", now - timedelta(seconds=1), None),
+        ("done", now, now),
+    ):
+        Runner.objects.create(
+            node_id=node_id,
+            host="h",
+            pid=1,
+            started_at=now,
+            last_seen_at=now,
+            silent_after=silent_after,
+            stopped_at=stopped,
+            version="x",
+        )
+    body = api.get(BASE + "runners/").json()
+    assert [(row["node_id"], row["state"]) for row in body] == [
+        ("dead", "silent"),
+        ("done", "stopped"),
+        ("up", "alive"),
+    ]

@@ -21,6 +21,7 @@ from scheduler_app.models import (
     Execution,
     ExecutionEvent,
     ExecutionLog,
+    Runner,
     Status,
     Task,
     TriggerType,
@@ -286,6 +287,30 @@ class ExecutionDetailSerializer(ExecutionSerializer):
     class Meta(ExecutionSerializer.Meta):
         fields = (*ExecutionSerializer.Meta.fields, "events")
         read_only_fields = fields
+
+
+class RunnerSerializer(serializers.ModelSerializer):
+    """A runner process and its state on the database clock (the rule of scheduler_status)."""
+
+    state = serializers.SerializerMethodField(help_text="alive, silent or stopped.")
+
+    class Meta:
+        model = Runner
+        fields: tuple[str, ...] = (
+            "node_id",
+            "state",
+            "host",
+            "pid",
+            "version",
+            "started_at",
+            "last_seen_at",
+            "silent_after",
+            "stopped_at",
+        )
+        read_only_fields: tuple[str, ...] = fields
+
+    def get_state(self, runner: Runner) -> str:
+        return str(getattr(runner, "state", ""))
 
 
 class LogSerializer(serializers.ModelSerializer):

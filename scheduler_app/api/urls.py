@@ -46,6 +46,7 @@ router = Router()
 router.register("tasks", views.TaskViewSet, basename="task")
 router.register("logs", views.LogViewSet, basename="log")
 router.register("executions", views.ExecutionViewSet, basename="execution")
+router.register("runners", views.RunnerViewSet, basename="runner")
 
 urlpatterns: list[URLPattern | URLResolver] = list(router.urls)
 

@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from scheduler_app import definitions, listing
+from scheduler_app import definitions, health, listing
 from scheduler_app.api import errors, permissions
 from scheduler_app.api.parsers import JSONParser
 from scheduler_app.api.schema import auto_schema, described, document, example
@@ -33,6 +33,7 @@ from scheduler_app.api.serializers import (
     LogSerializer,
     RepairSerializer,
     ResolveSerializer,
+    RunnerSerializer,
     TaskQuerySerializer,
     TaskSerializer,
     TriggeredSerializer,
@@ -40,12 +41,14 @@ from scheduler_app.api.serializers import (
     TriggerSerializer,
     WindowQuerySerializer,
 )
+from scheduler_app.db import probe
 from scheduler_app.exceptions import TaskNotFound
 from scheduler_app.models import (
     CHANGE_HANDLER_PERMISSION,
     RESOLVE_UNKNOWN_PERMISSION,
     Execution,
     ExecutionLog,
+    Runner,
     Task,
 )
 from scheduler_app.services import MAX_PAGE_SIZE, LogPage, scheduler
@@ -431,6 +434,21 @@ class ExecutionViewSet(SchedulerViewSet):
                 "results": ExecutionRowSerializer(rows, many=True).data,
             }
         )
+
+
+class RunnerViewSet(SchedulerViewSet):
+    """The runner processes ever recorded, by node id, with their state."""
+
+    queryset = Runner.objects.none()
+    serializer_class = RunnerSerializer
+    pagination_class = None
+    action_permissions = {"list": ("scheduler_app.view_runner",)}
+
+    @document(responses={200: RunnerSerializer(many=True)})
+    def list(self, request: Request) -> Response:
+        """Every runner: alive until its heartbeat is overdue, silent after, stopped after a clean
+        shutdown; on the database clock, as scheduler_status and the admin say."""
+        return Response(RunnerSerializer(health.runners(probe().now), many=True).data)
 
 
 def not_found(message: str) -> Callable[[HttpRequest], JsonResponse]:
