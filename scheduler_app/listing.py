@@ -69,13 +69,7 @@ def page(
     errors = _limit_errors(limit)
     if task_id is not None and (not isinstance(task_id, str) or len(task_id) > 128):
         errors["task_id"] = ["Must be a task id (text of at most 128 characters)."]
-    if status is not None and status not in Status.values:
-        errors["status"] = [f"Must be one of: {', '.join(Status.values)}."]
-    if trigger_type is not None and trigger_type not in TriggerType.values:
-        errors["trigger_type"] = [f"Must be one of: {', '.join(TriggerType.values)}."]
-    for name, value in (("due_after", due_after), ("due_before", due_before)):
-        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
-            errors[name] = ["Must be a timezone-aware datetime."]
+    errors.update(filter_errors(status, trigger_type, due_after=due_after, due_before=due_before))
     before = None
     if cursor is not None:
         before = _sequence(cursor)
@@ -96,6 +90,19 @@ def page(
     more = len(found) > limit
     results = found[:limit]
     return ExecutionPage(results, _cursor(results[-1].sequence) if more else None)
+
+
+def filter_errors(status: Any, trigger_type: Any, **instants: Any) -> dict[str, list[str]]:
+    """What is wrong with the filters the journal's and the logs' lists share, by field."""
+    errors: dict[str, list[str]] = {}
+    if status is not None and status not in Status.values:
+        errors["status"] = [f"Must be one of: {', '.join(Status.values)}."]
+    if trigger_type is not None and trigger_type not in TriggerType.values:
+        errors["trigger_type"] = [f"Must be one of: {', '.join(TriggerType.values)}."]
+    for name, value in instants.items():
+        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+            errors[name] = ["Must be a timezone-aware datetime."]
+    return errors
 
 
 def _is_int(value: Any) -> bool:

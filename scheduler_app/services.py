@@ -408,14 +408,9 @@ class Scheduler:
         page: int = 1,
         page_size: int = 20,
     ) -> LogPage:
-        errors: dict[str, list[str]] = {}
-        if status is not None and status not in Status.values:
-            errors["status"] = [f"Must be one of: {', '.join(Status.values)}."]
-        if trigger_type is not None and trigger_type not in TriggerType.values:
-            errors["trigger_type"] = [f"Must be one of: {', '.join(TriggerType.values)}."]
-        for name, value in (("started_after", started_after), ("started_before", started_before)):
-            if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
-                errors[name] = ["Must be a timezone-aware datetime."]
+        errors = listing.filter_errors(
+            status, trigger_type, started_after=started_after, started_before=started_before
+        )
         if not isinstance(page, int) or isinstance(page, bool) or page < 1:
             errors["page"] = ["Must be a positive integer."]
         if (

@@ -161,24 +161,12 @@ def test_rest_operator_lists_by_limit_and_offset(journal, api):
 
 def test_rest_runners_with_their_state(api):
     from scheduler_app import db
-    from scheduler_app.models import Runner
+    from tests.test_commands import runner_record
 
     now = db.probe().now
-    for node_id, silent_after, stopped in (
-        ("up", now + timedelta(minutes=1), None),
-        ("dead", now - timedelta(seconds=1), None),
-        ("done", now, now),
-    ):
-        Runner.objects.create(
-            node_id=node_id,
-            host="h",
-            pid=1,
-            started_at=now,
-            last_seen_at=now,
-            silent_after=silent_after,
-            stopped_at=stopped,
-            version="x",
-        )
+    runner_record("up", now, now + timedelta(minutes=1))
+    runner_record("dead", now, now - timedelta(seconds=1))
+    runner_record("done", now, now, stopped=now)
     body = api.get(BASE + "runners/").json()
     assert [(row["node_id"], row["state"]) for row in body] == [
         ("dead", "silent"),
