@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import django
 import pytest
 from django.core import mail
 from django.test import override_settings
@@ -16,6 +17,8 @@ from tests.factories import definition, expire_lease, inline_runner
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HOOK = {"on_task_execute": "tests.hooks.on_task_execute"}
+# Django 6.0 takes addresses; 5.2 only (name, address) pairs, which 6.x deprecates.
+ADMINS: list[Any] = ["ops@example.com"] if django.VERSION >= (6, 0) else [("Ops", "ops@example.com")]
 MAIL_BOTH = {
     "HOOKS": HOOK,
     "ALERTS": {
@@ -82,7 +85,7 @@ def test_a_receiver_that_raises_does_not_stop_the_runner(clock, caplog):
     assert "a receiver of execution_unknown failed" in caplog.text and "RuntimeError" in caplog.text
 
 
-@override_settings(SCHEDULER_APP=MAIL_BOTH, ADMINS=["ops@example.com"])
+@override_settings(SCHEDULER_APP=MAIL_BOTH, ADMINS=ADMINS)
 def test_admins_get_one_mail_per_status_and_interval_with_a_link(clock):
     scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=5))
     runner = inline_runner(clock)
@@ -106,7 +109,7 @@ def test_admins_get_one_mail_per_status_and_interval_with_a_link(clock):
     assert len(mail.outbox) == 3 and mail.outbox[-1].subject.endswith("scheduler: report is unknown")
 
 
-@override_settings(SCHEDULER_APP={"HOOKS": HOOK}, ADMINS=["ops@example.com"])
+@override_settings(SCHEDULER_APP={"HOOKS": HOOK}, ADMINS=ADMINS)
 def test_no_mail_unless_alerts_ask_for_it(clock):
     scheduler.register(definition(cron="0 0 1 1 *"))
     scheduler.trigger("report", params={"fail": True})
