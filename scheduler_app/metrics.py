@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, Min
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from scheduler_app import health, listing
+from scheduler_app import health
 from scheduler_app.db import probe
 from scheduler_app.models import TERMINAL, Execution, Status
 
@@ -37,14 +37,19 @@ class ClusterCollector:
             "scheduler_executions", "Executions waiting, claimed, running or unknown now.", labels=["status"]
         )
         for status in ACTIVE:
-            states.add_metric([status], Execution.objects.filter(status=status).count())
+            count = (
+                report.unknown
+                if status == Status.UNKNOWN
+                else Execution.objects.filter(status=status).count()
+            )
+            states.add_metric([status], count)
         yield states
         yield GaugeMetricFamily(
             "scheduler_executions_late",
             "Pending executions due for longer than the misfire grace.",
             value=report.late,
         )
-        oldest = listing.unknown().order_by().aggregate(oldest=Min("updated_at"))["oldest"]
+        oldest = report.oldest_unknown
         yield GaugeMetricFamily(
             "scheduler_unknown_oldest_age_seconds",
             "How long the oldest unknown execution has waited for an operator; 0 when none.",

@@ -12,7 +12,7 @@ from django.db import router, transaction
 
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.logs import log_alias
-from scheduler_app.models import TERMINAL, Execution, ExecutionLog, MaintenanceMark
+from scheduler_app.models import TERMINAL, Execution, ExecutionEvent, ExecutionLog, MaintenanceMark
 
 logger = logging.getLogger("scheduler_app")
 
@@ -125,4 +125,4 @@ def _delete_batch(cutoff: datetime, batch: int) -> tuple[int, int, int]:
             .delete()
         )
     logs = ExecutionLog.objects.using(log_alias()).filter(occurrence_id__in=[o for _, o in rows]).delete()[0]
-    return deleted.get(Execution._meta.label, 0), deleted.get("scheduler_app.ExecutionEvent", 0), logs
+    return deleted.get(Execution._meta.label, 0), deleted.get(ExecutionEvent._meta.label, 0), logs
