@@ -7,9 +7,9 @@ import base64
 import binascii
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 
 from scheduler_app.exceptions import InvalidDefinition
 from scheduler_app.models import ENDED, UNLOGGED, Execution, Status, TriggerType
@@ -20,6 +20,8 @@ DEFAULT_LIMIT = 50
 MAX_OFFSET = 1_000_000
 MAX_SEQUENCE = 2**63 - 1
 CURSOR_PREFIX = "before:"
+
+Row = TypeVar("Row", bound=Model)
 
 
 @dataclass(frozen=True)
@@ -43,14 +45,15 @@ def log_failures() -> QuerySet[Execution]:
     )
 
 
-def window(executions: QuerySet[Execution], limit: Any, offset: Any) -> list[Execution]:
-    """``limit`` rows (1 to MAX_LIMIT) after the first ``offset``."""
+def window(rows: QuerySet[Row], limit: Any, offset: Any, what: str = "execution") -> list[Row]:
+    """``limit`` rows (1 to MAX_LIMIT) after the first ``offset``; ``what`` names the query in
+    the error."""
     errors = _limit_errors(limit)
     if not _is_int(offset) or not 0 <= offset <= MAX_OFFSET:
         errors["offset"] = [f"Must be an integer from 0 to {MAX_OFFSET}."]
     if errors:
-        raise InvalidDefinition("The execution query is invalid.", errors=errors)
-    return list(executions[offset : offset + limit])
+        raise InvalidDefinition(f"The {what} query is invalid.", errors=errors)
+    return list(rows[offset : offset + limit])
 
 
 def page(

@@ -92,6 +92,48 @@ class Task(models.Model):
         return float(backoff[min(attempt - 2, len(backoff) - 1)])
 
 
+class ChangeAction(models.TextChoices):
+    CREATE = "create"
+    UPDATE = "update"
+    REPLACE = "replace"
+    ENABLE = "enable"
+    DISABLE = "disable"
+    DELETE = "delete"
+
+
+class ChangeVia(models.TextChoices):
+    ADMIN = "admin", "admin"
+    API = "api", "REST API"
+    PYTHON = "python", "Python API"
+    CODE = "code", "sync from code"
+    RUNNER = "runner", "runner (delete_after_run)"
+
+
+class TaskChange(models.Model):
+    """One change of a task definition: who made it, when, each field old -> new (the handler
+    masked). The audit trail: kept when the task is deleted."""
+
+    id = models.BigAutoField(primary_key=True)
+    task_id = models.CharField(max_length=128)
+    at = models.DateTimeField()
+    action = models.CharField(max_length=16, choices=ChangeAction.choices)
+    via = models.CharField(max_length=16, choices=ChangeVia.choices)
+    by = models.CharField(
+        max_length=150, blank=True, help_text="The user, API client or node; empty from code."
+    )
+    revision = models.PositiveIntegerField(
+        help_text="The task's revision after the change (the last one for a delete)."
+    )
+    changes = models.JSONField(default=dict, help_text="Each changed field: [old, new].")
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["task_id", "id"], name="scheduler_taskchange_task")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} {self.action} r{self.revision}"
+
+
 class Status(models.TextChoices):
     PENDING = "pending"
     CLAIMED = "claimed"

@@ -10,7 +10,7 @@ import builtins
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,7 +18,17 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
-from scheduler_app import cron, database_errors, declarations, definitions, journal, listing, logs, wakeup
+from scheduler_app import (
+    audit,
+    cron,
+    database_errors,
+    declarations,
+    definitions,
+    journal,
+    listing,
+    logs,
+    wakeup,
+)
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import (
     Conflict,
@@ -35,12 +45,15 @@ from scheduler_app.models import (
     LEASED,
     NO_LONGER_DECLARED,
     TERMINAL,
+    ChangeAction,
+    ChangeVia,
     DeclaredIn,
     Execution,
     ExecutionLog,
     LogPersistence,
     Status,
     Task,
+    TaskChange,
     TriggerType,
     manual_occurrence_id,
 )
@@ -219,6 +232,7 @@ class Scheduler:
             try:
                 with transaction.atomic():
                     task.save(force_insert=True)
+                    audit.record(ChangeAction.CREATE, task, None, audit.values(task))
             except IntegrityError:
                 raise TaskAlreadyExists() from None
         return task
@@ -236,7 +250,7 @@ class Scheduler:
             if "cron" in changes and "timezone" not in changes:
                 definitions.raise_if_errors(_cron_errors(values["cron"], task.timezone))
             _refuse_declared(task, values)
-            _apply(task, _with_reason(task, values))
+            _apply(task, _with_reason(task, values), ChangeAction.UPDATE)
         return task
 
     def replace_task(self, task_id: str, definition: Any) -> Task:
@@ -252,20 +266,39 @@ class Scheduler:
             wanted = Task(**definitions.validate_definition(data))
             values = {field: getattr(wanted, field) for field in definitions.MODEL_FIELDS}
             _refuse_declared(task, values)
-            _apply(task, _with_reason(task, values))
+            _apply(task, _with_reason(task, values), ChangeAction.REPLACE)
         return task
 
     def unregister(self, task_id: str) -> None:
-        with storage_errors():
-            deleted, _ = Task.objects.filter(id=task_id, declared_in=DeclaredIn.NOWHERE).delete()
-            if not deleted:
-                task = Task.objects.filter(id=task_id).first()
-                if task is None:
-                    raise TaskNotFound()
+        with storage_errors(), transaction.atomic():
+            task = Task.objects.select_for_update().filter(id=task_id).first()
+            if task is None:
+                raise TaskNotFound()
+            if task.declared_in != DeclaredIn.NOWHERE:
                 raise TaskDeclared(
                     f"Task {task.id!r} is declared in {_where(task)}: remove the declaration instead "
                     "(the task is then disabled at the next runner start, and can be deleted)."
                 )
+            audit.record(ChangeAction.DELETE, task, audit.values(task), None)
+            task.delete()
+
+    def acting_as(self, by: str) -> AbstractContextManager[None]:
+        """``with scheduler.acting_as("deploy-bot"):`` records the task changes made inside the
+        block as made by that name (the audit trail; the admin and the API record their user)."""
+        return audit.acting(by)
+
+    def task_history(
+        self, task_id: str, limit: int = listing.DEFAULT_LIMIT, offset: int = 0
+    ) -> builtins.list[TaskChange]:
+        """The changes of a task, newest first, ``limit`` (1 to 100) after the first ``offset``;
+        kept after the task is deleted. TaskNotFound when the id has neither a task nor a change."""
+        with storage_errors():
+            changes = listing.window(
+                TaskChange.objects.filter(task_id=task_id).order_by("-id"), limit, offset, "history"
+            )
+            if not changes and not offset and not Task.objects.filter(id=task_id).exists():
+                raise TaskNotFound()
+            return changes
 
     def refresh_tasks(self) -> list[Task]:
         """Make the declared tasks (SCHEDULER_APP["TASKS"] and ``@job``) match their declarations.
@@ -490,19 +523,27 @@ def _sync(declared: list[tuple[dict[str, Any], str]]) -> list[Task]:
             if task_id not in found:
                 task.next_run_at = _next_run(task)
                 task.save(force_insert=True)
+                audit.record(ChangeAction.CREATE, task, None, audit.values(task), via=ChangeVia.CODE)
                 synced[task_id] = task
                 continue
             values = {field: getattr(task, field) for field in definitions.MODEL_FIELDS}
             if found[task_id].disabled_reason != NO_LONGER_DECLARED:
                 # enabled is the operator's once the task exists: a pause outlives the next deploy.
                 del values["enabled"]
-            _apply(found[task_id], {**values, "declared_in": task.declared_in, "disabled_reason": ""})
+            _apply(
+                found[task_id],
+                {**values, "declared_in": task.declared_in, "disabled_reason": ""},
+                ChangeAction.UPDATE,
+                via=ChangeVia.CODE,
+            )
             synced[task_id] = found[task_id]
         gone = Task.objects.select_for_update().exclude(declared_in=DeclaredIn.NOWHERE)
         for task in gone.exclude(id__in=list(wanted)).order_by("id"):
             _apply(
                 task,
                 {"enabled": False, "declared_in": DeclaredIn.NOWHERE, "disabled_reason": NO_LONGER_DECLARED},
+                ChangeAction.UPDATE,
+                via=ChangeVia.CODE,
             )
             logger.warning("task %s is no longer declared in TASKS or @job: disabled", task.id)
     return [synced[task_id] for task_id in wanted]
@@ -552,17 +593,20 @@ def _next_run(task: Task) -> datetime:
     return cron.next_fire_time(task.cron, task.timezone, timezone.now())
 
 
-def _apply(task: Task, values: dict[str, Any]) -> bool:
-    """Save the fields that differ, bump the revision; the next run moves only if the schedule changed."""
+def _apply(task: Task, values: dict[str, Any], action: str, via: str | None = None) -> bool:
+    """Save the fields that differ, bump the revision, record the change; the next run moves
+    only if the schedule changed."""
     changed = {field: value for field, value in values.items() if getattr(task, field) != value}
     if not changed:
         return False
+    before = audit.values(task)
     for field, value in changed.items():
         setattr(task, field, value)
     task.revision += 1
     if SCHEDULE_FIELDS & set(changed):
         task.next_run_at = _next_run(task)
     task.save()
+    audit.record(action, task, before, audit.values(task), via=via)
     return True
 
 

@@ -789,8 +789,9 @@ APP_MODELS = sorted(
     (model for model in apps.get_app_config("scheduler_app").get_models() if admin.site.is_registered(model)),
     key=lambda model: model._meta.model_name,
 )
-# Filters other scheduler pages link to (the runner list links to the executions a runner holds).
-LINKED = {"execution": {"owner", "status__in"}}
+# Filters other scheduler pages link to (the runner list links to the executions a runner holds,
+# a task's history page to its changes).
+LINKED = {"execution": {"owner", "status__in"}, "taskchange": {"task_id"}}
 SUFFIXES = ("", "__exact", "__iexact", "__startswith", "__icontains", "__isnull", "__in", "__gte", "__regex")
 # Guesses that must be among those tried.
 NAMED_GUESSES = {
@@ -852,7 +853,9 @@ def offered(page: Any) -> set[str]:
 
 def viewer() -> Client:
     client = Client()
-    client.force_login(staff("vic", "view_task", "view_execution", "view_executionlog", "view_runner"))
+    client.force_login(
+        staff("vic", "view_task", "view_taskchange", "view_execution", "view_executionlog", "view_runner")
+    )
     return client
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from django.contrib import admin
@@ -10,6 +11,9 @@ from django.contrib.admin.utils import get_fields_from_path
 from django.core.exceptions import BadRequest
 from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpRequest
+
+from scheduler_app import audit
+from scheduler_app.models import ChangeVia
 
 LISTED_NAMES = 10
 
@@ -81,6 +85,11 @@ class ReadOnlyAdmin(SchedulerAdmin):
 def actor(request: HttpRequest) -> str:
     """Who acts: the admin user's name, recorded as trigger source or event node."""
     return str(request.user.get_username())
+
+
+def acting(request: HttpRequest) -> AbstractContextManager[None]:
+    """Task changes made inside are recorded in the audit trail as this admin user's."""
+    return audit.acting(actor(request), via=ChangeVia.ADMIN)
 
 
 def names(items: Sequence[str]) -> str:

@@ -6,27 +6,43 @@ import json
 from contextlib import suppress
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Case, F, OuterRef, Q, QuerySet, Subquery, Value, When
 from django.forms import ModelForm
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import ngettext
 
 from scheduler_app import cron
-from scheduler_app.admin.common import SchedulerAdmin, actor, tell
+from scheduler_app.admin.changes import table as changes_table
+from scheduler_app.admin.common import SchedulerAdmin, acting, actor, tell
 from scheduler_app.admin.crontext import describe
 from scheduler_app.admin.forms import TaskForm
 from scheduler_app.exceptions import SchedulerError, TaskDeclared, TaskNotFound
 from scheduler_app.handlers import registry
-from scheduler_app.models import CHANGE_HANDLER_PERMISSION, TERMINAL, DeclaredIn, Execution, Status, Task
+from scheduler_app.models import (
+    CHANGE_HANDLER_PERMISSION,
+    TERMINAL,
+    DeclaredIn,
+    Execution,
+    Status,
+    Task,
+    TaskChange,
+)
 from scheduler_app.services import CODE_OWNED, scheduler
 
 PREVIEW_COUNT = 5
+RECENT_CHANGES = 3
+# The task's history page; the audit trail's own list pages through the rest.
+HISTORY_SHOWN = 100
 # A trigger creates an execution: the same permission as POST tasks/{id}/trigger/ in the REST API.
 TRIGGER_PERMISSION = "scheduler_app.add_execution"
 OUTCOMES = (*TERMINAL, Status.UNKNOWN)
@@ -114,7 +130,7 @@ class TaskAdmin(SchedulerAdmin):
                 },
             ),
             ("Handler", {"fields": ("params", *self._handler_fields(request, obj))}),
-            ("Record", {"fields": ("revision", "next_run", "created_at", "updated_at")}),
+            ("Record", {"fields": ("revision", "next_run", "created_at", "updated_at", "recent_changes")}),
         ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
@@ -125,6 +141,7 @@ class TaskAdmin(SchedulerAdmin):
             "next_fire_times",
             "revision",
             "next_run",
+            "recent_changes",
             "created_at",
             "updated_at",
         ]
@@ -137,6 +154,53 @@ class TaskAdmin(SchedulerAdmin):
         if obj is not None and obj.declared_in != DeclaredIn.NOWHERE:
             return False  # removing its declaration disables it at the next runner start
         return super().has_delete_permission(request, obj)
+
+    # -- who changes it: the audit trail ----------------------------------------
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        with acting(request):
+            return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        with acting(request):
+            return super().delete_view(request, object_id, extra_context)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        with acting(request):
+            return super().changelist_view(request, extra_context)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The task's audit trail (Django's own history lists only admin edits)."""
+        task = self.get_object(request, object_id)
+        if task is None:
+            # Django's answer for a missing object: back to the list, with a message.
+            return super().history_view(request, object_id, extra_context)
+        if not self.has_view_or_change_permission(request, task):
+            raise PermissionDenied
+        changes = list(TaskChange.objects.filter(task_id=task.id).order_by("-id")[: HISTORY_SHOWN + 1])
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Changes of {task.id}",
+            "subtitle": None,
+            "opts": self.opts,
+            "object": task,
+            "changes": changes_table(changes[:HISTORY_SHOWN]),
+            "more": len(changes) > HISTORY_SHOWN,
+            "all_url": f"{reverse('admin:scheduler_app_taskchange_changelist')}?{urlencode({'task_id': task.id})}",
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/scheduler_app/task/history.html", context)
 
     def save_model(self, request: HttpRequest, obj: Task, form: ModelForm, change: bool) -> None:
         # TaskForm saved the task through the services when it was validated.
@@ -212,6 +276,14 @@ class TaskAdmin(SchedulerAdmin):
             "<ol>{}</ol>",
             format_html_join("", "<li>{}</li>", ((_both_zones(t, task.timezone),) for t in times)),
         )
+
+    @admin.display(description="recent changes")
+    def recent_changes(self, task: Task) -> SafeString | str:
+        if task is None or not task.pk:
+            return "-"
+        changes = list(TaskChange.objects.filter(task_id=task.id).order_by("-id")[:RECENT_CHANGES])
+        url = reverse("admin:scheduler_app_task_history", args=[task.pk])
+        return format_html('{}<p><a href="{}">Every change</a></p>', changes_table(changes), url)
 
     @admin.display(description="handler")
     def masked_handler(self, task: Task) -> SafeString | str:

@@ -24,6 +24,7 @@ from scheduler_app.models import (
     Runner,
     Status,
     Task,
+    TaskChange,
     TriggerType,
 )
 from scheduler_app.services import MAX_PAGE_SIZE
@@ -263,6 +264,25 @@ class ExecutionWindowSerializer(serializers.Serializer):
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
     results = ExecutionRowSerializer(many=True)
+
+
+class TaskChangeSerializer(serializers.ModelSerializer):
+    """One change of a task: who (via admin, api, python, code or runner; by whom), when, and
+    each changed field as [old, new], the handler masked."""
+
+    class Meta:
+        model = TaskChange
+        fields = ("id", "task_id", "at", "action", "via", "by", "revision", "changes")
+        read_only_fields = fields
+
+
+class TaskHistorySerializer(serializers.Serializer):
+    """A window of a task's changes, newest first."""
+
+    count = serializers.IntegerField(help_text="How many changes the task's history holds.")
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = TaskChangeSerializer(many=True)
 
 
 class TriggeredSerializer(serializers.Serializer):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework import exceptions, status, viewsets
+from rest_framework import exceptions, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission
@@ -17,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from scheduler_app import definitions, health, listing
+from scheduler_app import audit, definitions, health, listing
 from scheduler_app.api import errors, permissions
 from scheduler_app.api.parsers import JSONParser
 from scheduler_app.api.schema import auto_schema, described, document, example
@@ -34,6 +35,8 @@ from scheduler_app.api.serializers import (
     RepairSerializer,
     ResolveSerializer,
     RunnerSerializer,
+    TaskChangeSerializer,
+    TaskHistorySerializer,
     TaskQuerySerializer,
     TaskSerializer,
     TriggeredSerializer,
@@ -46,10 +49,12 @@ from scheduler_app.exceptions import TaskNotFound
 from scheduler_app.models import (
     CHANGE_HANDLER_PERMISSION,
     RESOLVE_UNKNOWN_PERMISSION,
+    ChangeVia,
     Execution,
     ExecutionLog,
     Runner,
     Task,
+    TaskChange,
 )
 from scheduler_app.services import MAX_PAGE_SIZE, LogPage, scheduler
 
@@ -119,6 +124,35 @@ class SchedulerViewSet(viewsets.GenericViewSet):
     def by(self) -> str:
         return str(self.request.user.get_username())
 
+    def acting(self) -> AbstractContextManager[None]:
+        """Task changes made inside are recorded as this API client's."""
+        return audit.acting(self.by(), via=ChangeVia.API)
+
+    def window(
+        self,
+        request: Request,
+        listed: Callable[..., Sequence[Any]],
+        whole: QuerySet[Any],
+        serializer: type[serializers.BaseSerializer[Any]],
+    ) -> Response:
+        """``listed(limit=, offset=)`` as a window with the count of ``whole`` and links to its neighbours."""
+        query = WindowQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        limit, offset = query.validated_data["limit"], query.validated_data["offset"]
+        rows = listed(limit=limit, offset=offset)
+        count = whole.count()
+        url = request.build_absolute_uri()
+        following = replace_query_param(url, "offset", offset + limit) if offset + limit < count else None
+        preceding = replace_query_param(url, "offset", max(0, offset - limit)) if offset > 0 else None
+        return Response(
+            {
+                "count": count,
+                "next": following,
+                "previous": preceding,
+                "results": serializer(rows, many=True).data,
+            }
+        )
+
 
 class TaskViewSet(SchedulerViewSet):
     """Task definitions: list, create, retrieve, replace, update, delete, trigger."""
@@ -135,6 +169,7 @@ class TaskViewSet(SchedulerViewSet):
         "destroy": ("scheduler_app.delete_task",),
         "trigger": ("scheduler_app.add_execution",),
         "trigger_many": ("scheduler_app.add_execution",),
+        "history": ("scheduler_app.view_task",),
     }
 
     def task_id(self) -> str:
@@ -181,7 +216,8 @@ class TaskViewSet(SchedulerViewSet):
         serializer = TaskSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         self.check_handler_change(None, serializer.validated_data.get("handler"))
-        task = scheduler.register(serializer.validated_data)
+        with self.acting():
+            task = scheduler.register(serializer.validated_data)
         return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED)
 
     @document(responses={200: TaskSerializer, **_errors(404)})
@@ -200,7 +236,8 @@ class TaskViewSet(SchedulerViewSet):
         serializer.is_valid(raise_exception=True)
         # A handler left out of a whole definition is cleared: a change like any other.
         self.check_handler_change(task, serializer.validated_data.get("handler"))
-        task = scheduler.replace_task(self.task_id(), serializer.validated_data)
+        with self.acting():
+            task = scheduler.replace_task(self.task_id(), serializer.validated_data)
         return Response(TaskSerializer(task).data)
 
     @document(
@@ -215,13 +252,29 @@ class TaskViewSet(SchedulerViewSet):
         serializer.is_valid(raise_exception=True)
         if "handler" in serializer.validated_data:
             self.check_handler_change(task, serializer.validated_data["handler"])
-        task = scheduler.update_task(self.task_id(), **serializer.validated_data)
+        with self.acting():
+            task = scheduler.update_task(self.task_id(), **serializer.validated_data)
         return Response(TaskSerializer(task).data)
 
     @document(responses={204: None, **_errors(404), 409: DECLARED})
     def destroy(self, request: Request, pk: str) -> Response:
-        scheduler.unregister(self.task_id())
+        with self.acting():
+            scheduler.unregister(self.task_id())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @document(parameters=[WindowQuerySerializer], responses={200: TaskHistorySerializer, **_errors(400, 404)})
+    @action(detail=True)
+    def history(self, request: Request, pk: str) -> Response:
+        """The task's changes, newest first: who made each (via admin, api, python, code or
+        runner), when, and every changed field as [old, new], the handler masked. Kept after
+        the task is deleted."""
+        task_id = self.task_id()
+        return self.window(
+            request,
+            lambda limit, offset: scheduler.task_history(task_id, limit=limit, offset=offset),
+            TaskChange.objects.filter(task_id=task_id),
+            TaskChangeSerializer,
+        )
 
     @document(
         request=TriggerSerializer,
@@ -357,13 +410,17 @@ class ExecutionViewSet(SchedulerViewSet):
     @action(detail=False)
     def unknown(self, request: Request) -> Response:
         """Executions in state unknown, oldest change first: the ones waiting for an operator."""
-        return self.window(request, scheduler.executions.list_unknown, listing.unknown())
+        return self.window(
+            request, scheduler.executions.list_unknown, listing.unknown(), ExecutionRowSerializer
+        )
 
     @document(parameters=[WindowQuerySerializer], responses={200: ExecutionWindowSerializer, **_errors(400)})
     @action(detail=False, url_path="log-failures")
     def log_failures(self, request: Request) -> Response:
         """Ended and unknown executions whose log rows are not confirmed written, oldest change first."""
-        return self.window(request, scheduler.executions.list_log_failures, listing.log_failures())
+        return self.window(
+            request, scheduler.executions.list_log_failures, listing.log_failures(), ExecutionRowSerializer
+        )
 
     @document(
         request=ResolveSerializer,
@@ -413,26 +470,6 @@ class ExecutionViewSet(SchedulerViewSet):
         """Stop an execution: pending ones end now, running ones within about a tick; no result counts after it."""
         return Response(
             ExecutionSerializer(scheduler.executions.request_stop(occurrence_id, by=self.by())).data
-        )
-
-    def window(
-        self, request: Request, listed: Callable[..., Sequence[Execution]], whole: QuerySet[Execution]
-    ) -> Response:
-        query = WindowQuerySerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
-        limit, offset = query.validated_data["limit"], query.validated_data["offset"]
-        rows = listed(limit=limit, offset=offset)
-        count = whole.count()
-        url = request.build_absolute_uri()
-        following = replace_query_param(url, "offset", offset + limit) if offset + limit < count else None
-        preceding = replace_query_param(url, "offset", max(0, offset - limit)) if offset > 0 else None
-        return Response(
-            {
-                "count": count,
-                "next": following,
-                "previous": preceding,
-                "results": ExecutionRowSerializer(rows, many=True).data,
-            }
         )
 
 

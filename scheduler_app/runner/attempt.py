@@ -11,14 +11,15 @@ from datetime import datetime
 from typing import Any
 
 from django.db import Error as DatabaseLibraryError
+from django.db import transaction
 
-from scheduler_app import alerts, journal, logs
+from scheduler_app import alerts, audit, journal, logs
 from scheduler_app.events import ExecutionContext, TaskEvent
 from scheduler_app.exceptions import TaskSkipped
 from scheduler_app.handlers import registry
 from scheduler_app.handlers.base import HandlerError, MissingHandler, Resumable
 from scheduler_app.handlers.hooks import call_hook, notify
-from scheduler_app.models import Status, Task
+from scheduler_app.models import ChangeAction, ChangeVia, Status, Task
 from scheduler_app.runner import limits
 from scheduler_app.runner.claims import Claim
 from scheduler_app.runner.clock import Clock
@@ -298,9 +299,18 @@ def _recorded(
         event.log = finish.log
         notify("on_task_interrupted" if outcome.status == Status.INTERRUPTED else "on_task_finish", event)
         if outcome.status == Status.SUCCESS and task.delete_after_run:
-            # Matching the revision spares a definition updated while the attempt ran.
-            Task.objects.filter(id=task.id, revision=task.revision).delete()
+            _delete_after_run(task, execution.owner)
     return True
+
+
+def _delete_after_run(task: Task, node: str) -> None:
+    """Delete the task as this attempt read it: matching the revision spares a definition
+    updated while the attempt ran."""
+    with transaction.atomic(), audit.acting(node, via=ChangeVia.RUNNER):
+        current = Task.objects.select_for_update().filter(id=task.id, revision=task.revision).first()
+        if current is not None:
+            audit.record(ChangeAction.DELETE, current, audit.values(current), None)
+            current.delete()
 
 
 def _port(attempt: Attempt, node: str, clock: Clock) -> JournalPort:
