@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 
 from scheduler_app import scheduler
 from scheduler_app.models import Execution, ExecutionLog
 from tests.factories import definition
-from tests.test_admin import make_execution
+from tests.test_admin import log_row, make_execution
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -144,3 +146,32 @@ def test_an_operator_runs_a_task_now_and_sees_its_execution(browser_page):
     playwright_api.expect(page.locator("#result_list")).to_contain_text("manual by admin")
     screenshot(page, "run-now")
     assert Execution.objects.get().trigger_source == "admin"
+
+
+def test_the_operator_on_call_sees_health_recent_runs_charts_and_history(browser_page):
+    browser, page = browser_page, browser_page.page
+    scheduler.register(definition("report", cron="0 2 * * *"))
+    scheduler.register(definition("sweep", cron="*/5 * * * *"))
+    scheduler.update_task("sweep", name="Sweep the cache")
+    unknown = make_execution("report", "unknown")
+    make_execution("sweep", "failed", finished_at=timezone.now())
+    for status in ("success", "success", "failed"):
+        log_row("sweep", status, timezone.now() - timedelta(minutes=5))
+    browser.go("/admin/scheduler_app/task/")
+    rows = page.locator("#result_list")
+    playwright_api.expect(rows.locator("tr", has_text="report").locator(".scheduler-health")).to_have_text(
+        "unknown"
+    )
+    playwright_api.expect(rows.locator("tr", has_text="sweep").locator(".scheduler-health")).to_have_text(
+        "failing"
+    )
+    playwright_api.expect(rows.locator("svg.scheduler-runs rect")).to_have_count(3)
+    screenshot(page, "task-list-health")
+    browser.go("/admin/scheduler_app/")
+    playwright_api.expect(page.locator("#scheduler-unknown-list")).to_contain_text(str(unknown.occurrence_id))
+    playwright_api.expect(page.locator("#scheduler-lag-chart polyline")).to_have_count(2)
+    playwright_api.expect(page.locator("#scheduler-runs-chart rect[fill='#c62828']")).to_have_count(1)
+    screenshot(page, "dashboard-charts")
+    browser.go("/admin/scheduler_app/task/sweep/history/")
+    playwright_api.expect(page.locator("table.scheduler-changes")).to_contain_text("Sweep the cache")
+    screenshot(page, "task-history")

@@ -10,8 +10,9 @@ from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import Case, F, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -22,6 +23,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import ngettext
 
 from scheduler_app import cron
+from scheduler_app.admin import display, task_health
 from scheduler_app.admin.changes import table as changes_table
 from scheduler_app.admin.common import SchedulerAdmin, acting, actor, tell
 from scheduler_app.admin.crontext import describe
@@ -32,7 +34,6 @@ from scheduler_app.models import (
     CHANGE_HANDLER_PERMISSION,
     TERMINAL,
     DeclaredIn,
-    Execution,
     Status,
     Task,
     TaskChange,
@@ -77,29 +78,36 @@ def _both_zones(instant: datetime, zone_name: str) -> SafeString:
     return format_html("{}<br><small>{}</small>", f"{instant.astimezone(zone):%Y-%m-%d %H:%M %Z}", utc)
 
 
+class TaskChangeList(ChangeList):
+    """The task list, with each listed task's recent runs read in one go."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        runs = task_health.recent_runs([task.id for task in self.result_list])
+        for task in self.result_list:
+            task.recent = runs.get(task.id, [])
+
+
 @admin.register(Task)
 class TaskAdmin(SchedulerAdmin):
     form = TaskForm
-    list_display = ("id", "name", "schedule", "zone", "enabled", "declared", "next_run", "last_outcome")
-    list_filter = ("enabled", "declared_in", LastOutcomeFilter, "overlap", "idempotent")
+    list_display = ("id", "health", "name", "schedule", "next_run", "last_outcome", "recent_runs", "declared")
+    list_filter = (
+        task_health.HealthFilter,
+        "enabled",
+        "declared_in",
+        LastOutcomeFilter,
+        "overlap",
+        "idempotent",
+    )
     search_fields = ("id", "name", "description")
     actions = ["run_now", "enable", "disable"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
-        # A failed attempt waiting for its retry leaves its execution pending: it counts as failed.
-        last = (
-            Execution.objects.filter(task_id=OuterRef("pk"))
-            .filter(Q(status__in=OUTCOMES) | Q(status=Status.PENDING, attempt__gt=0))
-            .order_by("-sequence")
-            .annotate(
-                outcome=Case(
-                    When(status=Status.PENDING, then=Value(Status.FAILED.value)), default=F("status")
-                )
-            )
-            .values("outcome")[:1]
-        )
-        tasks: QuerySet[Task] = super().get_queryset(request).annotate(last_status=Subquery(last))
-        return tasks
+        return task_health.annotate(super().get_queryset(request), timezone.now())
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return TaskChangeList
 
     # -- the form --------------------------------------------------------------
 
@@ -254,9 +262,21 @@ class TaskAdmin(SchedulerAdmin):
             return "-"
         return _both_zones(task.next_run_at, task.timezone)
 
+    @admin.display(description="health", ordering="health")
+    def health(self, task: Task) -> SafeString:
+        return task_health.badge(str(getattr(task, "health", "ok")))
+
     @admin.display(description="last outcome", ordering="last_status")
-    def last_outcome(self, task: Task) -> str:
-        return getattr(task, "last_status", None) or "-"
+    def last_outcome(self, task: Task) -> SafeString | str:
+        status, at = getattr(task, "last_status", None), getattr(task, "last_at", None)
+        if not status:
+            return "-"
+        url = display.changelist("execution", task_id=task.id)
+        return format_html('<a href="{}">{}</a><br><small>{}</small>', url, status, display.instant(at))
+
+    @admin.display(description=f"last {task_health.RECENT_RUNS} runs")
+    def recent_runs(self, task: Task) -> SafeString | str:
+        return task_health.runs_bar(getattr(task, "recent", []))
 
     @admin.display(description="next five fire times")
     def next_fire_times(self, task: Task) -> SafeString | str:

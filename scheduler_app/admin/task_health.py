@@ -1,0 +1,156 @@
+"""What the task list says first to the operator on call: each task's health, its last outcome and
+when, and its recent runs as a small bar drawn on the server."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import timedelta
+from itertools import chain
+from typing import Any
+
+from django.contrib import admin
+from django.db import connections
+from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from scheduler_app.admin.display import seconds_text
+from scheduler_app.conf import scheduler_settings
+from scheduler_app.logs import log_alias
+from scheduler_app.models import ENDED, LEASED, Execution, ExecutionLog, Status, Task
+
+# Worst first: the first that holds is the task's health.
+HEALTHS = ("unknown", "failing", "late", "disabled", "running", "ok")
+HEALTH_COLOURS = {
+    "unknown": "#6a1b9a",
+    "failing": "#c62828",
+    "late": "#ef8f00",
+    "disabled": "#757575",
+    "running": "#1565c0",
+    "ok": "#2e7d32",
+}
+RUN_COLOURS = {
+    Status.SUCCESS: "#2e7d32",
+    Status.FAILED: "#c62828",
+    Status.INTERRUPTED: "#ef8f00",
+    Status.UNKNOWN: "#6a1b9a",
+    Status.DISCARDED: "#9e9e9e",
+}
+RECENT_RUNS = 30
+RUN_WIDTH = 6
+RUN_GAP = 1
+RUN_HEIGHT = 14
+
+
+def annotate(tasks: QuerySet[Task], now: Any) -> QuerySet[Task]:
+    """Each task with ``last_status``, ``last_at`` and ``health``, in SQL: the list sorts and filters on them."""
+    grace = timedelta(seconds=float(scheduler_settings.MISFIRE_GRACE_SECONDS))
+    of_task = Execution.objects.filter(task_id=OuterRef("pk"))
+    # A failed attempt waiting for its retry leaves its execution pending: it counts as failed.
+    last = (
+        of_task.filter(Q(status__in=ENDED) | Q(status=Status.PENDING, attempt__gt=0))
+        .order_by("-sequence")
+        .annotate(
+            outcome=Case(When(status=Status.PENDING, then=Value(Status.FAILED.value)), default=F("status")),
+            ended_at=Coalesce("finished_at", "updated_at"),
+        )
+    )
+    late = Q(enabled=True, next_run_at__lt=now - grace) | Q(has_late=True)
+    return tasks.annotate(
+        last_status=Subquery(last.values("outcome")[:1]),
+        last_at=Subquery(last.values("ended_at")[:1]),
+        has_unknown=Exists(of_task.filter(status=Status.UNKNOWN)),
+        has_running=Exists(of_task.filter(status__in=LEASED)),
+        has_late=Exists(of_task.filter(status=Status.PENDING, due_at__lt=now - grace)),
+    ).annotate(
+        health=Case(
+            When(has_unknown=True, then=Value("unknown")),
+            When(last_status=Status.FAILED.value, then=Value("failing")),
+            When(late, then=Value("late")),
+            When(enabled=False, then=Value("disabled")),
+            When(has_running=True, then=Value("running")),
+            default=Value("ok"),
+        )
+    )
+
+
+class HealthFilter(admin.SimpleListFilter):
+    title = "health"
+    parameter_name = "health"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(health, health) for health in HEALTHS]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() in HEALTHS:
+            return queryset.filter(health=self.value())
+        return queryset
+
+
+def badge(health: str) -> SafeString:
+    colour = HEALTH_COLOURS.get(health, "#757575")
+    return format_html(
+        '<span class="scheduler-health" style="color: #fff; background: {}; padding: 1px 6px; '
+        'border-radius: 3px; white-space: nowrap">{}</span>',
+        colour,
+        health,
+    )
+
+
+def recent_runs(task_ids: list[str]) -> dict[str, list[tuple[str, int, Any, int | None]]]:
+    """The newest RECENT_RUNS attempts of each task, from the logs: (status, attempt, finished_at,
+    duration_ms), newest first. One statement where the database can limit each part of a union."""
+    alias = log_alias()
+    parts = [
+        ExecutionLog.objects.using(alias)
+        .filter(task_id=task_id)
+        .order_by("-finished_at", "-attempt")
+        .values_list("task_id", "status", "attempt", "finished_at", "duration_ms")[:RECENT_RUNS]
+        for task_id in task_ids
+    ]
+    rows: Any
+    if len(parts) > 1 and connections[alias].features.supports_slicing_ordering_in_compound:
+        rows = parts[0].union(*parts[1:], all=True)
+    else:
+        rows = chain.from_iterable(parts)
+    runs: dict[str, list[tuple[str, int, Any, int | None]]] = defaultdict(list)
+    for task_id, status, attempt, finished_at, duration_ms in rows:
+        runs[task_id].append((status, attempt, finished_at, duration_ms))
+    for found in runs.values():
+        found.sort(key=lambda run: (run[2], run[1]), reverse=True)
+    return runs
+
+
+def runs_bar(runs: list[tuple[str, int, Any, int | None]]) -> SafeString | str:
+    """The runs as a row of coloured marks, oldest left, each titled with its outcome and time."""
+    if not runs:
+        return "-"
+    marks = [
+        (
+            index * (RUN_WIDTH + RUN_GAP),
+            RUN_WIDTH,
+            RUN_HEIGHT,
+            RUN_COLOURS.get(status, "#9e9e9e"),
+            f"{status}, attempt {attempt}, ended {finished_at:%Y-%m-%d %H:%M:%S} UTC"
+            + (f" after {seconds_text(duration_ms / 1000)}" if duration_ms is not None else ""),
+        )
+        for index, (status, attempt, finished_at, duration_ms) in enumerate(reversed(runs))
+    ]
+    width = RECENT_RUNS * (RUN_WIDTH + RUN_GAP)
+    return format_html(
+        '<svg class="scheduler-runs" role="img" aria-label="{}" width="{}" height="{}" viewBox="0 0 {} {}">{}</svg>',
+        f"last {len(runs)} runs: "
+        + ", ".join(run[0] for run in runs[:5])
+        + (" ..." if len(runs) > 5 else ""),
+        width,
+        RUN_HEIGHT,
+        width,
+        RUN_HEIGHT,
+        format_html_join(
+            "",
+            '<rect x="{}" y="0" width="{}" height="{}" fill="{}"><title>{}</title></rect>',
+            marks,
+        ),
+    )

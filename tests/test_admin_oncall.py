@@ -1,0 +1,161 @@
+"""The admin for the operator on call: the task list's health, last outcome and recent runs."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from scheduler_app import scheduler
+from scheduler_app.admin.task_health import RECENT_RUNS
+from scheduler_app.models import ExecutionLog, Task
+from tests.factories import definition
+from tests.test_admin import make_execution
+
+pytestmark = pytest.mark.django_db
+
+TASKS = reverse("admin:scheduler_app_task_changelist")
+
+
+def logs(task_id: str, *statuses: str) -> None:
+    """One log row per status, a minute apart, the last one newest."""
+    start = timezone.now() - timedelta(hours=1)
+    for index, status in enumerate(statuses):
+        occurrence = uuid.uuid4()
+        ExecutionLog.objects.create(
+            id=uuid.uuid5(occurrence, "1"),
+            occurrence_id=occurrence,
+            task_id=task_id,
+            trigger_type="scheduled",
+            status=status,
+            attempt=1,
+            started_at=start + timedelta(minutes=index),
+            finished_at=start + timedelta(minutes=index, seconds=2),
+            duration_ms=2000,
+        )
+
+
+def test_each_task_shows_its_health_worst_first_and_the_list_filters_on_it(admin_client):
+    for task_id in ("fine", "broken", "stuck", "behind", "paused", "busy", "paused-failing"):
+        scheduler.register(definition(task_id))
+    make_execution("fine", "success")
+    make_execution("broken", "success")
+    make_execution("broken", "failed")  # the newest outcome counts
+    make_execution("stuck", "failed")
+    make_execution("stuck", "unknown")  # unknown outranks failing
+    Task.objects.filter(id="behind").update(next_run_at=timezone.now() - timedelta(hours=2))
+    scheduler.update_task("paused", enabled=False)
+    make_execution("busy", "running")
+    scheduler.update_task("paused-failing", enabled=False)
+    make_execution("paused-failing", "failed")
+    response = admin_client.get(TASKS)
+    health = {task.id: task.health for task in response.context["cl"].result_list}
+    assert health == {
+        "fine": "ok",
+        "broken": "failing",
+        "stuck": "unknown",
+        "behind": "late",
+        "paused": "disabled",
+        "busy": "running",
+        "paused-failing": "failing",
+    }
+    assert 'class="scheduler-health"' in response.content.decode()
+    failing = admin_client.get(TASKS, {"health": "failing"})
+    assert sorted(task.id for task in failing.context["cl"].result_list) == ["broken", "paused-failing"]
+    ordered = admin_client.get(TASKS, {"o": "2"})  # the health column, ascending
+    assert [task.health for task in ordered.context["cl"].result_list] == sorted(health.values())
+
+
+def test_a_failed_attempt_waiting_for_its_retry_makes_the_task_failing_with_when(admin_client):
+    scheduler.register(definition("report"))
+    retried = make_execution("report", "pending", attempt=1)
+    page = admin_client.get(TASKS)
+    (task,) = page.context["cl"].result_list
+    assert (task.health, task.last_status, task.last_at) == ("failing", "failed", retried.updated_at)
+    assert f"{retried.updated_at:%Y-%m-%d %H:%M:%S} UTC" in page.content.decode()
+
+
+def test_recent_runs_show_the_newest_attempts_oldest_left_with_their_outcome(admin_client):
+    scheduler.register(definition("report"))
+    logs("report", *(["failed"] * 5), *(["success"] * (RECENT_RUNS - 4)), "interrupted")  # 2 too many
+    page = admin_client.get(TASKS).content.decode()
+    (bar,) = re.findall(r'<svg class="scheduler-runs".*?</svg>', page)
+    titles = re.findall(r"<title>([a-z]+), attempt 1, ended .*? after 2\.0 s</title>", bar)
+    assert len(titles) == RECENT_RUNS
+    assert titles[-1] == "interrupted" and titles.count("failed") == 3 and titles[0] == "failed"
+
+
+def test_the_recent_runs_of_a_page_cost_the_same_statements_for_3_or_30_tasks(admin_client):
+    def statements(tasks: int) -> int:
+        for index in range(tasks):
+            if not Task.objects.filter(id=f"t{index:02d}").exists():
+                scheduler.register(definition(f"t{index:02d}"))
+                logs(f"t{index:02d}", "success", "failed")
+        with CaptureQueriesContext(connection) as queries:
+            assert admin_client.get(TASKS).status_code == 200
+        return len(queries)
+
+    few = statements(3)
+    many = statements(30)
+    if connection.features.supports_slicing_ordering_in_compound:
+        assert many == few
+    else:
+        assert many == few + 27  # SQLite: one statement per listed task
+
+
+# -- the dashboard ---------------------------------------------------------------
+
+DASHBOARD = reverse("admin:app_list", args=["scheduler_app"])
+
+
+def test_the_dashboard_lists_the_unknown_executions_oldest_first_with_links(admin_client):
+    scheduler.register(definition("report"))
+    old = make_execution("report", "unknown", updated_at=timezone.now() - timedelta(hours=2))
+    new = make_execution("report", "unknown")
+    page = admin_client.get(DASHBOARD).content.decode()
+    table = page[page.index('id="scheduler-unknown-list"') :]
+    table = table[: table.index("</table>")]
+    assert table.index(str(old.occurrence_id)) < table.index(str(new.occurrence_id))
+    assert reverse("admin:scheduler_app_execution_change", args=[old.pk]) in table
+    assert "2 h 00 min" in table
+
+
+def test_the_dashboard_lists_the_runners_with_their_heartbeat(admin_client):
+    from scheduler_app.models import Runner
+
+    now = timezone.now()
+    Runner.objects.create(
+        node_id="node-a",
+        host="h1",
+        pid=1,
+        started_at=now,
+        last_seen_at=now,
+        silent_after=now + timedelta(minutes=1),
+    )
+    page = admin_client.get(DASHBOARD).content.decode()
+    table = page[page.index('id="scheduler-runner-list"') :]
+    assert re.search(r"<td>node-a</td><td>alive</td><td>\d+ ms ago</td>", table)
+
+
+def test_the_dashboard_draws_the_lag_p50_and_p95_of_each_hour(admin_client):
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    for lag in range(1, 21):  # 1 s to 20 s: p50 10 s, p95 19 s
+        due = hour + timedelta(minutes=lag)
+        make_execution(
+            "report",
+            "success",
+            due_at=due,
+            started_at=due + timedelta(seconds=lag),
+            finished_at=due + timedelta(seconds=lag + 1),
+        )
+    page = admin_client.get(DASHBOARD).content.decode()
+    chart = page[page.index('id="scheduler-lag-chart"') :]
+    chart = chart[: chart.index("</svg>")]
+    assert f"{hour:%Y-%m-%d %H}:00 UTC: p50 10.0 s, p95 19.0 s (20 executions)" in chart
+    assert chart.count("<polyline") == 2 and "top 19.0 s" in chart
