@@ -630,7 +630,7 @@ def test_request_stop_ends_pending_flags_running_and_refuses_finished(operator_c
     assert Execution.objects.get(pk=finished.pk).status == "success"
     text = messages_of(response)
     assert text[0] == f"Stopped 1 pending execution: a {str(pending.occurrence_id)[:8]}."
-    assert text[1].startswith("Asked the runner to stop 1 execution at its next lease renewal: b ")
+    assert text[1].startswith("Asked the runner to stop 1 execution within about a tick: b ")
     assert text[2].startswith("Refused to stop 1 execution: c ")
 
 
@@ -793,8 +793,11 @@ APP_MODELS = sorted(
     key=lambda model: model._meta.model_name,
 )
 # Filters other scheduler pages link to (the runner list links to the executions a runner holds,
-# a task's history page to its changes).
-LINKED = {"execution": {"owner", "status__in"}, "taskchange": {"task_id"}}
+# a task's history page to its changes, tasks and log rows to executions, executions to log rows).
+LINKED = {
+    "execution": {"owner", "status__in", "task_id"},
+    "taskchange": {"task_id"},
+}
 SUFFIXES = ("", "__exact", "__iexact", "__startswith", "__icontains", "__isnull", "__in", "__gte", "__regex")
 # Guesses that must be among those tried.
 NAMED_GUESSES = {

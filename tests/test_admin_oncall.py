@@ -159,3 +159,106 @@ def test_the_dashboard_draws_the_lag_p50_and_p95_of_each_hour(admin_client):
     chart = chart[: chart.index("</svg>")]
     assert f"{hour:%Y-%m-%d %H}:00 UTC: p50 10.0 s, p95 19.0 s (20 executions)" in chart
     assert chart.count("<polyline") == 2 and "top 19.0 s" in chart
+
+
+# -- detail pages: seconds, durations, links and actions ---------------------------
+
+
+def test_an_execution_page_shows_seconds_durations_and_links(admin_client):
+    scheduler.register(definition("report"))
+    due = timezone.now().replace(microsecond=0) - timedelta(minutes=5)
+    execution = make_execution(
+        "report",
+        "success",
+        due_at=due,
+        started_at=due + timedelta(seconds=2, milliseconds=500),
+        finished_at=due + timedelta(seconds=14),
+    )
+    page = admin_client.get(
+        reverse("admin:scheduler_app_execution_change", args=[execution.pk])
+    ).content.decode()
+    assert f"{due:%Y-%m-%d %H:%M:%S} UTC" in page
+    assert f"{due + timedelta(seconds=14):%Y-%m-%d %H:%M:%S} UTC" in page
+    assert "2.5 s" in page and "11.5 s" in page  # waited, then ran for
+    assert reverse("admin:scheduler_app_task_change", args=["report"]) in page
+    assert "?owner=node-a" in page or "?q=node-a" in page
+    assert f"occurrence_id={execution.occurrence_id}" in page and "task_id=report" in page
+    assert "1 min 00 s" in page  # the state history: each change's time since creation
+
+
+def test_an_unknown_execution_is_resolved_from_its_own_page(admin_client):
+    execution = make_execution("report", "unknown")
+    page_url = reverse("admin:scheduler_app_execution_change", args=[execution.pk])
+    act = reverse("admin:scheduler_app_execution_act", args=[execution.pk])
+    page = admin_client.get(page_url).content.decode()
+    assert 'value="resolve_as_discarded"' in page and 'value="request_stop"' not in page
+    confirmation = admin_client.post(
+        act, {"action": "resolve_as_discarded", "_selected_action": execution.pk}
+    )
+    assert b"Resolve unknown executions as discarded?" in confirmation.content
+    done = admin_client.post(
+        act,
+        {
+            "action": "resolve_as_discarded",
+            "_selected_action": execution.pk,
+            "post": "yes",
+            f"expected_{execution.pk}": execution.updated_at.isoformat(),
+        },
+    )
+    assert done.status_code == 302 and done["Location"] == page_url
+    execution.refresh_from_db()
+    assert execution.status == "discarded"
+
+
+def test_a_running_execution_is_stopped_from_its_page_and_others_refuse_the_button(admin_client):
+    from django.test import Client
+
+    from tests.test_admin import staff
+
+    running = make_execution("report", "running")
+    act = reverse("admin:scheduler_app_execution_act", args=[running.pk])
+    page = admin_client.get(
+        reverse("admin:scheduler_app_execution_change", args=[running.pk])
+    ).content.decode()
+    assert 'value="request_stop"' in page and 'value="resolve_as_success"' not in page
+    assert (
+        admin_client.post(act, {"action": "resolve_as_success"}).status_code == 403
+    )  # not for a running one
+    assert admin_client.post(act, {"action": "request_stop"}).status_code == 302
+    running.refresh_from_db()
+    assert running.stop_requested
+    viewer = Client()
+    viewer.force_login(staff("val", "view_execution"))
+    page = viewer.get(reverse("admin:scheduler_app_execution_change", args=[running.pk])).content.decode()
+    assert 'value="request_stop"' not in page
+    assert viewer.post(act, {"action": "request_stop"}).status_code == 403
+    assert viewer.get(act).status_code == 405
+
+
+def test_a_task_is_run_now_and_disabled_from_its_own_page(admin_client):
+    from scheduler_app.models import Execution, TaskChange
+
+    scheduler.register(definition("report"))
+    page_url = reverse("admin:scheduler_app_task_change", args=["report"])
+    act = reverse("admin:scheduler_app_task_act", args=["report"])
+    page = admin_client.get(page_url).content.decode()
+    assert 'value="run_now"' in page and 'value="disable"' in page and 'value="enable"' not in page
+    assert reverse("admin:scheduler_app_execution_changelist") + "?task_id=report" in page
+    assert admin_client.post(act, {"action": "run_now"})["Location"] == page_url
+    assert Execution.objects.get().trigger_source == "admin"
+    admin_client.post(act, {"action": "disable"})
+    assert not Task.objects.get(id="report").enabled
+    assert TaskChange.objects.latest("id").via == "admin"
+    assert 'value="enable"' in admin_client.get(page_url).content.decode()
+
+
+def test_the_log_list_shows_seconds_durations_and_links_to_the_execution(admin_client):
+    logs("report", "success")
+    log = ExecutionLog.objects.get()
+    page = admin_client.get(reverse("admin:scheduler_app_executionlog_changelist")).content.decode()
+    assert f"{log.finished_at:%Y-%m-%d %H:%M:%S} UTC" in page and "2.0 s" in page
+    assert f"?occurrence_id={log.occurrence_id}" in page
+    executions = admin_client.get(
+        reverse("admin:scheduler_app_execution_changelist"), {"occurrence_id": "nope"}
+    )
+    assert executions.status_code == 200

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin
-from django.contrib.admin.utils import get_fields_from_path
-from django.core.exceptions import BadRequest
+from django.contrib.admin.utils import get_fields_from_path, quote, unquote
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.db.models.constants import LOOKUP_SEP
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
+from django.urls import URLPattern, path, reverse
 
 from scheduler_app import audit
 from scheduler_app.models import ChangeVia
@@ -114,3 +116,68 @@ def tell(
     """
     if items:
         modeladmin.message_user(request, text % {**values, "count": len(items), "items": names(items)}, level)
+
+
+class ObjectActions(SchedulerAdmin):
+    """Admin actions offered as buttons on an object's own page, run on that object alone.
+
+    The button posts to ``<id>/act/``, which runs the list's action (with the list's permission
+    checks) on a queryset of that one row; an action answering a page (a confirmation) gets it
+    shown, and its form posts back to the same URL. Then the object's page again, with the message.
+    """
+
+    change_form_template = "admin/scheduler_app/change_form.html"
+
+    def object_actions(self, request: HttpRequest, obj: Any) -> list[str]:
+        """The names of the actions that make sense for this object now."""
+        return []
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}_act"
+        act = path("<path:object_id>/act/", self.admin_site.admin_view(self.act_view), name=name)
+        return [act, *super().get_urls()]
+
+    def act_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404("No such object.")
+        chosen = str(request.POST.get("action", ""))
+        found = self.get_actions(request).get(chosen)
+        if found is None or chosen not in self.object_actions(request, obj):
+            raise PermissionDenied
+        function, _ = action_parts(found)
+        with acting(request):
+            response = function(self, request, self.get_queryset(request).filter(pk=obj.pk))
+        if response is not None:
+            return cast(HttpResponse, response)
+        return redirect(
+            reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[quote(obj.pk)])
+        )
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            actions = self.get_actions(request)
+            context["object_actions"] = [
+                (name, str(action_parts(found)[1]))
+                for name in self.object_actions(request, obj)
+                if (found := actions.get(name)) is not None
+            ]
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+
+def action_parts(action: Any) -> tuple[Any, str]:
+    """An admin action's function and description: an Action on Django 6.1 (indexing it is
+    deprecated), a tuple before."""
+    if hasattr(action, "func"):
+        return action.func, action.description
+    return action[0], action[2]

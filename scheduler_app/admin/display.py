@@ -3,10 +3,12 @@ runners: to the second, in UTC, the way the journal records them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -25,6 +27,18 @@ def instant(value: datetime | None) -> SafeString | str:
         utc.isoformat(),
         f"{utc:%Y-%m-%d %H:%M:%S}",
     )
+
+
+def instant_column(
+    field: str, description: str, *, sortable: bool = True
+) -> Callable[[Any, Any], SafeString | str]:
+    """An admin column or read-only field showing a model's instant to the second."""
+
+    @admin.display(description=description, ordering=field if sortable else None)
+    def column(model_admin: Any, obj: Any) -> SafeString | str:
+        return instant(getattr(obj, field)) if obj is not None else NONE
+
+    return column
 
 
 def duration(start: datetime | None, end: datetime | None) -> str:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
@@ -14,16 +14,19 @@ from django.utils.safestring import SafeString
 from django.utils.translation import ngettext
 
 from scheduler_app import listing
-from scheduler_app.admin import resolve
-from scheduler_app.admin.common import ReadOnlyAdmin, actor, tell
+from scheduler_app.admin import display, resolve
+from scheduler_app.admin.common import ObjectActions, ReadOnlyAdmin, actor, tell
+from scheduler_app.admin.logs import OccurrenceFilter
 from scheduler_app.exceptions import SchedulerError
 from scheduler_app.models import (
+    LEASED,
     RESOLVE_UNKNOWN_PERMISSION,
     TERMINAL,
     Execution,
     ExecutionEvent,
     LogPersistence,
     Status,
+    Task,
 )
 from scheduler_app.services import scheduler
 
@@ -84,8 +87,18 @@ class EventInline(admin.TabularInline):
     model = ExecutionEvent
     verbose_name = "state change"
     verbose_name_plural = "state history"
-    fields = ("at", "from_status", "to_status", "reason", "node", "attempt", "result", "error")
+    fields = ("when", "after", "from_status", "to_status", "reason", "node", "attempt", "result", "error")
     readonly_fields = fields
+
+    @admin.display(description="at")
+    def when(self, event: ExecutionEvent) -> SafeString | str:
+        return display.instant(event.at)
+
+    @admin.display(description="after")
+    def after(self, event: ExecutionEvent) -> str:
+        """Time since the execution was created: a run's steps apart, even within one minute."""
+        return display.duration(event.execution.created_at, event.at)
+
     extra = 0
     can_delete = False
 
@@ -100,37 +113,54 @@ class EventInline(admin.TabularInline):
 
 
 @admin.register(Execution)
-class ExecutionAdmin(ReadOnlyAdmin):
+class ExecutionAdmin(ObjectActions, ReadOnlyAdmin):
     list_display = (
         "occurrence",
         "status",
-        "task_id",
+        "task",
         "trigger",
-        "scheduled_for",
+        "due",
+        "started",
+        "ran_for",
         "attempt_of",
-        "owner",
-        "lease_expires_at",
+        "runner",
         "log_persistence",
     )
-    list_filter = (StatusFilter, "trigger_type", LogFilter, "stop_requested")
+    list_filter = (StatusFilter, "trigger_type", LogFilter, "stop_requested", OccurrenceFilter)
     search_fields = ("task_id", "occurrence_id", "trigger_source", "owner")
-    # The runner list links to the executions a runner holds.
-    linked_lookups = ("owner", "status__in")
+    # The runner list links to the executions a runner holds, a task's pages to its executions.
+    linked_lookups = ("owner", "status__in", "task_id")
     fields = (
         ("occurrence_id", "sequence"),
-        ("task_id", "task_revision"),
+        ("task", "task_revision"),
         ("trigger_type", "trigger_source", "idempotency_key"),
         ("status", "attempt", "max_attempts"),
-        ("scheduled_for", "due_at"),
-        ("owner", "lease_expires_at", "stop_requested"),
-        ("created_at", "started_at", "finished_at", "updated_at"),
+        ("scheduled", "due"),
+        ("runner", "lease_expires", "stop_requested"),
+        ("created", "started", "finished", "updated"),
+        ("waited", "ran_for"),
         "log_persistence",
+        "links",
         "params",
         "result",
         "error",
         "attempt_outcomes",
     )
-    readonly_fields = ("attempt_outcomes",)
+    readonly_fields = (
+        "task",
+        "scheduled",
+        "due",
+        "runner",
+        "lease_expires",
+        "created",
+        "started",
+        "finished",
+        "updated",
+        "waited",
+        "ran_for",
+        "links",
+        "attempt_outcomes",
+    )
     inlines = [EventInline]
     actions = ["resolve_as_success", "resolve_as_discarded", "repair_logs", "request_stop"]
 
@@ -140,7 +170,51 @@ class ExecutionAdmin(ReadOnlyAdmin):
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm(OPERATE_PERMISSION))
 
+    def object_actions(self, request: HttpRequest, obj: Execution) -> list[str]:
+        if obj.status == Status.UNKNOWN:
+            return ["resolve_as_success", "resolve_as_discarded", "repair_logs"]
+        if obj.status in (Status.PENDING, *LEASED):
+            return ["request_stop"]
+        return ["repair_logs"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Execution]:
+        executions: QuerySet[Execution] = super().get_queryset(request)
+        return executions.annotate(task_exists=Exists(Task.objects.filter(id=OuterRef("task_id"))))
+
     # -- columns ---------------------------------------------------------------
+
+    @admin.display(description="task", ordering="task_id")
+    def task(self, execution: Execution) -> SafeString:
+        return display.task_link(execution.task_id, getattr(execution, "task_exists", True))
+
+    @admin.display(description="runner", ordering="owner")
+    def runner(self, execution: Execution) -> SafeString | str:
+        return display.runner_link(execution.owner)
+
+    scheduled = display.instant_column("scheduled_for", "scheduled for")
+    due = display.instant_column("due_at", "due")
+    lease_expires = display.instant_column("lease_expires_at", "lease expires", sortable=False)
+    created = display.instant_column("created_at", "created", sortable=False)
+    started = display.instant_column("started_at", "started")
+    finished = display.instant_column("finished_at", "finished", sortable=False)
+    updated = display.instant_column("updated_at", "updated", sortable=False)
+
+    @admin.display(description="waited (due to start)")
+    def waited(self, execution: Execution) -> str:
+        return display.duration(execution.due_at, execution.started_at)
+
+    @admin.display(description="ran for")
+    def ran_for(self, execution: Execution) -> str:
+        return display.duration(execution.started_at, execution.finished_at)
+
+    @admin.display(description="see also")
+    def links(self, execution: Execution) -> SafeString:
+        return format_html(
+            '<a href="{}">its log rows</a> · <a href="{}">every execution of {}</a>',
+            display.changelist("executionlog", occurrence_id=str(execution.occurrence_id)),
+            display.changelist("execution", task_id=execution.task_id),
+            execution.task_id,
+        )
 
     @admin.display(description="occurrence", ordering="sequence")
     def occurrence(self, execution: Execution) -> str:
@@ -173,7 +247,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
             (
                 (
                     event.attempt,
-                    f"{event.at:%Y-%m-%d %H:%M:%S} UTC",
+                    display.instant(event.at),
                     event.to_status,
                     as_json(event.result),
                     as_json(event.error),
@@ -264,8 +338,8 @@ class ExecutionAdmin(ReadOnlyAdmin):
             self,
             request,
             ngettext(
-                "Asked the runner to stop %(count)d execution at its next lease renewal: %(items)s.",
-                "Asked the runners to stop %(count)d executions at their next lease renewal: %(items)s.",
+                "Asked the runner to stop %(count)d execution within about a tick: %(items)s.",
+                "Asked the runners to stop %(count)d executions within about a tick: %(items)s.",
                 len(flagged),
             ),
             flagged,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, time
 from typing import Any
@@ -11,7 +12,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
+from scheduler_app.admin import display
 from scheduler_app.admin.common import ReadOnlyAdmin
 from scheduler_app.logs import log_alias
 from scheduler_app.models import ExecutionLog
@@ -55,6 +59,19 @@ class TaskFilter(InputFilter):
     lookup = "task_id"
 
 
+class OccurrenceFilter(InputFilter):
+    title = "occurrence id"
+    parameter_name = "occurrence_id"
+    lookup = "occurrence_id"
+
+    def convert(self, request: HttpRequest, value: str) -> uuid.UUID | None:
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            messages.warning(request, "Ignored the occurrence id filter: not a UUID.")
+            return None
+
+
 class SourceFilter(InputFilter):
     title = "trigger source"
     parameter_name = "trigger_source"
@@ -93,19 +110,20 @@ class StartedBeforeFilter(InstantFilter):
 @admin.register(ExecutionLog)
 class ExecutionLogAdmin(ReadOnlyAdmin):
     list_display = (
-        "task_id",
+        "task",
         "task_name",
         "status",
         "attempt",
         "trigger_type",
         "trigger_source",
-        "started_at",
-        "finished_at",
-        "duration_ms",
-        "occurrence_id",
+        "started",
+        "finished",
+        "duration",
+        "execution",
     )
     list_filter = (
         TaskFilter,
+        OccurrenceFilter,
         "status",
         "trigger_type",
         SourceFilter,
@@ -113,6 +131,22 @@ class ExecutionLogAdmin(ReadOnlyAdmin):
         StartedBeforeFilter,
     )
     search_fields = ("task_id", "task_name", "occurrence_id")
+
+    @admin.display(description="task id", ordering="task_id")
+    def task(self, log: ExecutionLog) -> SafeString:
+        return format_html('<a href="{}">{}</a>', display.changelist("task", q=log.task_id), log.task_id)
+
+    started = display.instant_column("started_at", "started")
+    finished = display.instant_column("finished_at", "finished")
+
+    @admin.display(description="duration", ordering="duration_ms")
+    def duration(self, log: ExecutionLog) -> str:
+        return display.NONE if log.duration_ms is None else display.seconds_text(log.duration_ms / 1000)
+
+    @admin.display(description="execution")
+    def execution(self, log: ExecutionLog) -> SafeString:
+        url = display.changelist("execution", occurrence_id=str(log.occurrence_id))
+        return format_html('<a href="{}">{}</a>', url, log.occurrence_id)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ExecutionLog]:
         return super().get_queryset(request).using(log_alias())

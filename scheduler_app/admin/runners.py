@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from scheduler_app.admin import display
 from scheduler_app.admin.common import ReadOnlyAdmin
 from scheduler_app.db import probe
 from scheduler_app.models import LEASED, Execution, Runner, RunnerQuerySet
@@ -35,7 +36,7 @@ class StateFilter(admin.SimpleListFilter):
 
 @admin.register(Runner)
 class RunnerAdmin(ReadOnlyAdmin):
-    list_display = ("node_id", "state", "started_at", "last_seen_at", "holds", "host", "pid", "version")
+    list_display = ("node_id", "state", "started", "last_seen", "holds", "ran", "host", "pid", "version")
     list_filter = (StateFilter,)
     search_fields = ("node_id", "host")
 
@@ -57,6 +58,15 @@ class RunnerAdmin(ReadOnlyAdmin):
     @admin.display(description="state", ordering="state")
     def state(self, runner: Runner) -> str:
         return str(getattr(runner, "state", ""))
+
+    started = display.instant_column("started_at", "started")
+    last_seen = display.instant_column("last_seen_at", "last heartbeat")
+
+    @admin.display(description="executions")
+    def ran(self, runner: Runner) -> SafeString:
+        return format_html(
+            '<a href="{}">every one it held</a>', display.changelist("execution", owner=runner.node_id)
+        )
 
     @admin.display(description="holds (claimed or running)", ordering="held")
     def holds(self, runner: Runner) -> SafeString | int:

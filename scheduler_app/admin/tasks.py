@@ -25,7 +25,7 @@ from django.utils.translation import ngettext
 from scheduler_app import cron
 from scheduler_app.admin import display, task_health
 from scheduler_app.admin.changes import table as changes_table
-from scheduler_app.admin.common import SchedulerAdmin, acting, actor, tell
+from scheduler_app.admin.common import ObjectActions, acting, actor, tell
 from scheduler_app.admin.crontext import describe
 from scheduler_app.admin.forms import TaskForm
 from scheduler_app.exceptions import SchedulerError, TaskDeclared, TaskNotFound
@@ -89,7 +89,7 @@ class TaskChangeList(ChangeList):
 
 
 @admin.register(Task)
-class TaskAdmin(SchedulerAdmin):
+class TaskAdmin(ObjectActions):
     form = TaskForm
     list_display = ("id", "health", "name", "schedule", "next_run", "last_outcome", "recent_runs", "declared")
     list_filter = (
@@ -138,7 +138,10 @@ class TaskAdmin(SchedulerAdmin):
                 },
             ),
             ("Handler", {"fields": ("params", *self._handler_fields(request, obj))}),
-            ("Record", {"fields": ("revision", "next_run", "created_at", "updated_at", "recent_changes")}),
+            (
+                "Record",
+                {"fields": ("revision", "next_run", "created", "updated", "runs", "recent_changes")},
+            ),
         ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
@@ -150,8 +153,9 @@ class TaskAdmin(SchedulerAdmin):
             "revision",
             "next_run",
             "recent_changes",
-            "created_at",
-            "updated_at",
+            "runs",
+            "created",
+            "updated",
         ]
         if obj is not None and obj.declared_in != DeclaredIn.NOWHERE:
             # Its declaration owns the definition: only enabled stays editable.
@@ -295,6 +299,22 @@ class TaskAdmin(SchedulerAdmin):
         return format_html(
             "<ol>{}</ol>",
             format_html_join("", "<li>{}</li>", ((_both_zones(t, task.timezone),) for t in times)),
+        )
+
+    def object_actions(self, request: HttpRequest, obj: Task) -> list[str]:
+        return ["run_now", "disable" if obj.enabled else "enable"]
+
+    created = display.instant_column("created_at", "created", sortable=False)
+    updated = display.instant_column("updated_at", "updated", sortable=False)
+
+    @admin.display(description="runs")
+    def runs(self, task: Task) -> SafeString | str:
+        if task is None or not task.pk:
+            return "-"
+        return format_html(
+            '<a href="{}">its executions</a> · <a href="{}">its log rows</a>',
+            display.changelist("execution", task_id=task.id),
+            display.changelist("executionlog", task_id=task.id),
         )
 
     @admin.display(description="recent changes")
