@@ -262,3 +262,30 @@ def test_the_log_list_shows_seconds_durations_and_links_to_the_execution(admin_c
         reverse("admin:scheduler_app_execution_changelist"), {"occurrence_id": "nope"}
     )
     assert executions.status_code == 200
+
+
+# -- lists of millions of rows -----------------------------------------------------
+
+
+def test_the_journal_list_never_counts_every_row(admin_client, monkeypatch):
+    from scheduler_app.admin.common import BoundedCountPaginator
+
+    monkeypatch.setattr(BoundedCountPaginator, "limit", 3)
+    for _ in range(5):
+        make_execution("report", "success")
+    url = reverse("admin:scheduler_app_execution_changelist")
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client.get(url, {"status": "success"}).content.decode()
+    assert '<span class="scheduler-count">more than 3</span>' in page
+    counts = [query["sql"].upper() for query in queries if "COUNT(" in query["sql"].upper()]
+    assert counts and all("LIMIT 4" in sql for sql in counts), counts
+    assert "Show counts" not in page  # no per-filter counts either
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE scheduler_app_execution")
+        page = admin_client.get(url).content.decode()
+        assert '<span class="scheduler-count">about 5</span>' in page
+    else:
+        assert '<span class="scheduler-count">more than 3</span>' in admin_client.get(url).content.decode()
+    few = admin_client.get(url, {"status": "unknown"}).content.decode()
+    assert '<span class="scheduler-count">0</span>' in few

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from functools import cached_property
 from typing import Any, cast
 
 from django.contrib import admin
 from django.contrib.admin.utils import get_fields_from_path, quote, unquote
 from django.core.exceptions import BadRequest, PermissionDenied
+from django.core.paginator import Paginator
+from django.db import connections
+from django.db.models import QuerySet
 from django.db.models.constants import LOOKUP_SEP
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
@@ -18,6 +22,8 @@ from scheduler_app import audit
 from scheduler_app.models import ChangeVia
 
 LISTED_NAMES = 10
+# The most rows a filtered list of the journal counts exactly.
+COUNT_LIMIT = 10_000
 
 
 class SchedulerAdmin(admin.ModelAdmin):
@@ -71,8 +77,50 @@ class SchedulerAdmin(admin.ModelAdmin):
         return super().get_object(request, object_id, from_field)
 
 
+class BoundedCountPaginator(Paginator):
+    """A paginator that never counts millions of rows: Django's admin counts the whole filtered
+    list for each page. An unfiltered list takes the database's estimate of the table's rows
+    (PostgreSQL's statistics); a filtered one counts at most COUNT_LIMIT + 1 rows, and says
+    "more than" beyond."""
+
+    limit = COUNT_LIMIT
+    estimated = False
+    capped = False
+
+    @cached_property
+    def count(self) -> int:
+        rows = self.object_list
+        if isinstance(rows, QuerySet):
+            estimate = _estimated_rows(rows)
+            if estimate is not None and estimate > self.limit:
+                self.estimated = True
+                return estimate
+            found = rows[: self.limit + 1].count()
+            self.capped = found > self.limit
+            return min(found, self.limit)
+        return super().count
+
+
+def _estimated_rows(rows: QuerySet[Any]) -> int | None:
+    """PostgreSQL's estimate of an unfiltered table's rows; None for a filtered list, another
+    database, or a table never analyzed."""
+    if rows.query.where or connections[rows.db].vendor != "postgresql":
+        return None
+    with connections[rows.db].cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [rows.model._meta.db_table]
+        )
+        found = cursor.fetchone()
+    return int(found[0]) if found and found[0] >= 0 else None
+
+
 class ReadOnlyAdmin(SchedulerAdmin):
-    """An admin for rows only the scheduler writes: no add, change or delete."""
+    """An admin for rows only the scheduler writes: no add, change or delete. Its lists can hold
+    millions of rows: no exact count, no filter counts."""
+
+    paginator = BoundedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
