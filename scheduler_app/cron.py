@@ -7,15 +7,26 @@ instant returned is in UTC with zero seconds and microseconds.
 Semantics:
 
 * Fields are minute (0-59), hour (0-23), day of month (1-31), month (1-12 or
-  jan-dec) and day of week (0-7 or sun-sat, 0 and 7 are Sunday). Each field is
-  a comma list of ``*``, ``N``, ``N-M``, ``*/S`` or ``N-M/S``.
-* When both day fields are restricted (neither starts with ``*``) a day matches
-  if either matches; otherwise both must match.
+  jan-dec) and day of week (0-7 or sun-sat, 0 and 7 are Sunday), separated by
+  spaces or tabs (no other whitespace). Each field is a comma list of ``*``,
+  ``N``, ``N-M``, ``*/S`` or ``N-M/S``.
+* The day fields also take ``?`` alone (as ``*``). Day of month: ``L`` (the last
+  day), ``L-N`` (N days before it), ``NW`` (the weekday nearest day N, within
+  the month), ``LW`` (the last weekday). Day of week: ``NL`` (the last such
+  weekday of the month), ``N#K`` (the K-th such weekday, K 1-5).
+* ``@yearly`` (``@annually``), ``@monthly``, ``@weekly``, ``@daily``
+  (``@midnight``) and ``@hourly`` stand for their five fields; ``@reboot`` is
+  refused (a cluster has no boot).
+* When both day fields are restricted (neither starts with ``*`` or ``?``) a
+  day matches if either matches; otherwise both must match.
 * An expression is fixed-time when neither its minute nor its hour field starts
   with ``*``. A fixed-time wall time that does not exist (spring-forward gap)
-  fires once at the transition instant; an ambiguous one (fall-back) fires once,
-  on the first pass. A wildcard expression fires at every instant whose wall
-  time matches: nothing inside a gap, both passes of a repeated hour.
+  fires once at the transition instant, when the clock jumps 3 hours or less,
+  and is skipped when it jumps further (as Vixie cron and cronie catch up over
+  3 hours at most: Pacific/Apia skipped 30 December 2011 whole); an ambiguous
+  one (fall-back) fires once, on the first pass. A wildcard expression fires
+  at every instant whose wall time matches: nothing inside a gap, both passes
+  of a repeated hour.
 * Wall times that map to the same instant fire once.
 
 Implementation: the timeline is cut into segments of constant UTC offset
@@ -33,11 +44,13 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from itertools import islice
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from scheduler_app.exceptions import InvalidCron
 
 __all__ = [
+    "MACROS",
     "count_fire_times",
     "fire_times",
     "is_fixed_time",
@@ -70,6 +83,26 @@ _DOW_NAMES = {name: number for number, name in enumerate(("sun", "mon", "tue", "
 _DAYS_IN_MONTH_MAX = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 _PART = re.compile(r"(?:(\*)|([0-9a-z]+)(?:-([0-9a-z]+))?)(?:/([0-9]+))?", re.ASCII | re.IGNORECASE)
+_LAST_DAY = re.compile(r"L(?:-([0-9]+))?", re.ASCII | re.IGNORECASE)
+_NEAREST_WEEKDAY = re.compile(r"([0-9]+|L)W", re.ASCII | re.IGNORECASE)
+_LAST_WEEKDAY_OF = re.compile(r"([0-9a-z]+?)L", re.ASCII | re.IGNORECASE)
+_NTH_WEEKDAY = re.compile(r"([0-9a-z]+)#([0-9]+)", re.ASCII | re.IGNORECASE)
+_SPECIAL = re.compile(r"[LW#]", re.ASCII | re.IGNORECASE)
+# The separators of fields: any other whitespace (a no-break space, U+2028, a form feed) is refused.
+_SEPARATORS = " \t"
+_MAX_WEEK_OF_MONTH = 5
+_MAX_DAYS_BEFORE_LAST = 30
+# The longest forward jump of the clock whose skipped fixed times still fire, at the jump.
+_CATCH_UP = timedelta(hours=3)
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 
 
 @dataclass(frozen=True)
@@ -92,6 +125,34 @@ _FIELDS = (
 
 
 @dataclass(frozen=True, slots=True)
+class _DayRules:
+    """The day-of-month and day-of-week tokens whose days depend on the month."""
+
+    days_before_last: frozenset[int] = frozenset()  # L is 0, L-3 is 3
+    nearest_weekday: frozenset[int] = frozenset()  # 15W is 15
+    last_weekday: bool = False  # LW
+    last_of_weekday: frozenset[int] = frozenset()  # 5L is 5 (0 = Sunday)
+    nth_weekday: frozenset[tuple[int, int]] = frozenset()  # 1#2 is (1, 2)
+
+    def month_days(self, year: int, month: int) -> frozenset[int]:
+        """The days of one month the day-of-month rules select."""
+        length = _month_length(year, month)
+        found = {length - before for before in self.days_before_last if length - before >= 1}
+        for day in self.nearest_weekday:
+            if day <= length:
+                found.add(_nearest_weekday(year, month, day, length))
+        if self.last_weekday:
+            found.add(_nearest_weekday(year, month, length, length))
+        return frozenset(found)
+
+    def matches_weekday(self, weekday: int, day: int, length: int) -> bool:
+        """Whether a day (its weekday, 0 = Sunday, and its number) is selected by the week rules."""
+        if weekday in self.last_of_weekday and day > length - 7:
+            return True
+        return (weekday, (day - 1) // 7 + 1) in self.nth_weekday
+
+
+@dataclass(frozen=True, slots=True)
 class _Cron:
     """A parsed expression: sorted minutes and hours, day and month sets, flags."""
 
@@ -102,6 +163,7 @@ class _Cron:
     weekdays: frozenset[int]  # 0 = Sunday, 7 folded into 0
     either_day: bool  # both day fields restricted: classic OR rule
     fixed: bool
+    rules: _DayRules | None = None  # L, W and # tokens, when there are any
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,22 +272,33 @@ def _parse(cron: str) -> _Cron:
 @lru_cache(maxsize=4096)
 def _parse_text(cron: str) -> _Cron:
     """Parse a string expression; cached because schedulers ask about the same few all the time."""
-    texts = cron.split()
-    if len(texts) == 1 and texts[0].startswith("@"):
+    other = next((char for char in cron if char.isspace() and char not in _SEPARATORS), None)
+    if other is not None:
         raise _cron_error(
-            f"Cron aliases such as {_echo(texts[0])} are not supported; "
-            "use 5 fields: minute hour day-of-month month day-of-week."
+            f"The cron expression may separate its fields with spaces and tabs only; it holds "
+            f"U+{ord(other):04X} in {_echo(cron)}."
         )
+    texts = re.split(r"[ \t]+", cron.strip(_SEPARATORS))
+    if len(texts) == 1 and texts[0].startswith("@"):
+        return _parse_text(_macro(texts[0]))
     if len(texts) != len(_FIELDS):
         raise _cron_error(
             f"The cron expression must have exactly 5 fields (minute hour day-of-month month "
-            f"day-of-week), got {len(texts)} in {_echo(cron)}."
+            f"day-of-week), got {len([text for text in texts if text])} in {_echo(cron)}."
         )
+    # "?" in a day field is "*" (Quartz's "no specific value").
+    texts = [("*" if text == "?" and index in (2, 4) else text) for index, text in enumerate(texts)]
     problems: list[str] = []
     values: list[frozenset[int]] = []
-    for text, field in zip(texts, _FIELDS, strict=True):
+    rules: dict[str, Any] = {}
+    for index, (text, field) in enumerate(zip(texts, _FIELDS, strict=True)):
         try:
-            values.append(_parse_field(text, field))
+            if index == 2:
+                values.append(_parse_month_days(text, field, rules))
+            elif index == 4:
+                values.append(_parse_week_days(text, field, rules))
+            else:
+                values.append(_parse_field(text, field))
         except ValueError as exc:
             problems.append(str(exc))
     if problems:
@@ -241,13 +314,105 @@ def _parse_text(cron: str) -> _Cron:
         weekdays=frozenset(day % 7 for day in weekdays),
         either_day=not day_text.startswith("*") and not weekday_text.startswith("*"),
         fixed=not texts[0].startswith("*") and not texts[1].startswith("*"),
+        rules=_DayRules(**rules) if rules else None,
     )
     # Under the AND rule a day of month that no selected month has means no fire
     # ever; the weekday cannot rescue it. Any existing date does reach every
     # weekday over the years, so that is the only case to refuse.
-    if not spec.either_day and not any(day <= _DAYS_IN_MONTH_MAX[month] for month in months for day in days):
+    if not spec.either_day and not _some_month_has_a_day(spec):
         raise _cron_error(f"The cron expression {_echo(cron)} never fires: no selected month has those days.")
     return spec
+
+
+def _macro(text: str) -> str:
+    """The five fields a macro such as ``@daily`` stands for."""
+    key = text.lower()
+    if key == "@reboot":
+        raise _cron_error(
+            "@reboot is not supported: a scheduler shared by many nodes has no single start to run "
+            "at. Trigger the task from your deploy instead (scheduler.trigger or POST "
+            "tasks/{id}/trigger/)."
+        )
+    if key not in MACROS:
+        raise _cron_error(
+            f"Unknown cron macro {_echo(text)}: use one of {', '.join(MACROS)}, or 5 fields: "
+            "minute hour day-of-month month day-of-week."
+        )
+    return MACROS[key]
+
+
+def _some_month_has_a_day(spec: _Cron) -> bool:
+    """Whether a selected month has one of the selected days of month, in some year."""
+    if any(day <= _DAYS_IN_MONTH_MAX[month] for month in spec.months for day in spec.days):
+        return True
+    rules = spec.rules
+    if rules is None:
+        return False
+    longest = max(_DAYS_IN_MONTH_MAX[month] for month in spec.months)
+    return (
+        rules.last_weekday
+        or any(longest - before >= 1 for before in rules.days_before_last)
+        or any(day <= longest for day in rules.nearest_weekday)
+    )
+
+
+def _parse_month_days(text: str, field: _FieldSpec, rules: dict[str, Any]) -> frozenset[int]:
+    """The day-of-month field: plain parts as any field, and L, L-N, NW, LW."""
+    plain: list[str] = []
+    before: set[int] = set()
+    nearest: set[int] = set()
+    for part in text.split(","):
+        if last := _LAST_DAY.fullmatch(part):
+            digits = last.group(1) or "0"
+            offset = int(digits) if len(digits) <= 2 else _MAX_DAYS_BEFORE_LAST + 1
+            if offset > _MAX_DAYS_BEFORE_LAST:
+                raise ValueError(f"{_echo(part)} in the {field.label} field: L-N takes N from 0 to 30.")
+            before.add(offset)
+        elif weekday := _NEAREST_WEEKDAY.fullmatch(part):
+            if weekday.group(1).upper() == "L":
+                rules["last_weekday"] = True
+            else:
+                nearest.add(_field_value(weekday.group(1), field))
+        elif _SPECIAL.search(part):
+            raise ValueError(
+                f"Cannot read {_echo(part)} in the {field.label} field: it takes L, L-N, NW or LW alone "
+                "in a list item (no ranges or steps with them)."
+            )
+        else:
+            plain.append(part)
+    if before:
+        rules["days_before_last"] = frozenset(before)
+    if nearest:
+        rules["nearest_weekday"] = frozenset(nearest)
+    return _parse_field(",".join(plain), field) if plain else frozenset()
+
+
+def _parse_week_days(text: str, field: _FieldSpec, rules: dict[str, Any]) -> frozenset[int]:
+    """The day-of-week field: plain parts as any field, and NL, N#K."""
+    plain: list[str] = []
+    last: set[int] = set()
+    nth: set[tuple[int, int]] = set()
+    for part in text.split(","):
+        if part.upper() == "L":
+            raise ValueError(
+                f"L alone in the {field.label} field is ambiguous (Quartz reads it as Saturday): write 6 "
+                "for every Saturday, or 6L for the last Saturday of the month."
+            )
+        if found := _NTH_WEEKDAY.fullmatch(part):
+            week = int(found.group(2)) if len(found.group(2)) <= 2 else 0
+            if not 1 <= week <= _MAX_WEEK_OF_MONTH:
+                raise ValueError(f"{_echo(part)} in the {field.label} field: N#K takes K from 1 to 5.")
+            nth.add((_field_value(found.group(1), field) % 7, week))
+        elif found := _LAST_WEEKDAY_OF.fullmatch(part):
+            # No weekday name ends in L: "5L" and "friL" are always the last such weekday.
+            last.add(_field_value(found.group(1), field) % 7)
+        else:
+            plain.append(part)
+    if last:
+        rules["last_of_weekday"] = frozenset(last)
+    if nth:
+        rules["nth_weekday"] = frozenset(nth)
+    return _parse_field(",".join(plain), field) if plain else frozenset()
 
 
 def _parse_field(text: str, field: _FieldSpec) -> frozenset[int]:
@@ -256,6 +421,11 @@ def _parse_field(text: str, field: _FieldSpec) -> frozenset[int]:
     for part in text.split(","):
         match = _PART.fullmatch(part)
         if match is None:
+            if _SPECIAL.search(part) and field.label not in ("day of month", "day of week"):
+                raise ValueError(
+                    f"Cannot read {_echo(part)} in the {field.label} field: L, W and # belong to the day "
+                    "fields only."
+                )
             raise ValueError(f"Cannot read {_echo(part)} in the {field.label} field.")
         star, first, last, step_text = match.groups()
         if star:
@@ -433,24 +603,34 @@ def _ceil_minute(moment: datetime) -> datetime:
 def _days(spec: _Cron, first: date, last: date) -> Iterator[date]:
     """Yield the days from ``first`` to ``last`` (inclusive) allowed by the day and month fields."""
     year, month, day = first.year, first.month, first.day
-    days, weekdays, either = spec.days, spec.weekdays, spec.either_day
+    weekdays, either, rules = spec.weekdays, spec.either_day, spec.rules
     while (year, month) <= (last.year, last.month):
         if month in spec.months:
             length = _month_length(year, month)
             stop = min(length, last.day) if (year, month) == (last.year, last.month) else length
             weekday = (date(year, month, day).weekday() + 1) % 7
+            days = spec.days | rules.month_days(year, month) if rules is not None else spec.days
             for number in range(day, stop + 1):
-                if (
-                    (number in days or weekday in weekdays)
-                    if either
-                    else (number in days and weekday in weekdays)
-                ):
+                on_weekday = weekday in weekdays or (
+                    rules is not None and rules.matches_weekday(weekday, number, length)
+                )
+                if (number in days or on_weekday) if either else (number in days and on_weekday):
                     yield date(year, month, number)
                 weekday = (weekday + 1) % 7
         day = 1
         month += 1
         if month == 13:
             year, month = year + 1, 1
+
+
+def _nearest_weekday(year: int, month: int, day: int, length: int) -> int:
+    """The weekday (Monday to Friday) nearest ``day`` without leaving its month (Quartz's ``W``)."""
+    weekday = date(year, month, day).weekday()  # Monday is 0
+    if weekday == 5:  # Saturday: the Friday before, or the Monday after the 1st
+        return day - 1 if day > 1 else day + 2
+    if weekday == 6:  # Sunday: the Monday after, or the Friday before the last day
+        return day + 1 if day < length else day - 2
+    return day
 
 
 def _month_length(year: int, month: int) -> int:
@@ -491,8 +671,8 @@ def _fires(spec: _Cron, zone: ZoneInfo, low: datetime, high: datetime) -> Iterat
     while moment < high:
         start, previous, offset, end = _segment(zone, moment)
         end = min(end, high)
-        if spec.fixed and start is not None and start >= moment and offset > previous:
-            # Wall times skipped by the gap fire once, at the transition itself.
+        if spec.fixed and start is not None and start >= moment and previous < offset <= previous + _CATCH_UP:
+            # Wall times skipped by a gap of 3 hours at most fire once, at the transition itself.
             gap = _walls(spec, _ceil_minute(start + previous), start + offset)
             if next(gap, None) is not None:
                 last = start

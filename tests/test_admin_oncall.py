@@ -289,3 +289,23 @@ def test_the_journal_list_never_counts_every_row(admin_client, monkeypatch):
         assert '<span class="scheduler-count">more than 3</span>' in admin_client.get(url).content.decode()
     few = admin_client.get(url, {"status": "unknown"}).content.decode()
     assert '<span class="scheduler-count">0</span>' in few
+
+
+@pytest.mark.parametrize(
+    ("expression", "reading"),
+    [
+        ("@daily", "at 00:00 every day"),
+        ("@weekly", "at 00:00 on Sunday"),
+        ("0 0 L * *", "at 00:00 on the last day of the month"),
+        ("0 0 L-3 * *", "at 00:00 on 3 days before the last day of the month"),
+        ("0 9 ? * 1#2", "at 09:00 on the second Monday of the month"),
+        ("0 0 15W * *", "at 00:00 on the weekday nearest day 15 of the month"),
+        ("0 0 LW * *", "at 00:00 on the last weekday of the month"),
+        ("0 0 * * friL", "at 00:00 on the last Friday of the month"),
+        ("0 0 1 * mon-wed", "at 00:00 on day 1 of the month or on Monday to Wednesday"),
+    ],
+)
+def test_the_task_list_reads_the_fuller_dialect(expression: str, reading: str) -> None:
+    from scheduler_app.admin.crontext import describe
+
+    assert describe(expression) == reading

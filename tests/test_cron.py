@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import calendar
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import cache
 from itertools import pairwise
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -55,8 +57,34 @@ def fires(expression: str, zone: str, after: datetime, until: datetime) -> list[
         "* * * *",
         "0 * * * * *",
         "0 0 * * * 2026",
-        "@daily",
         "@reboot",
+        "@fortnightly",
+        "@daily 0",
+        "0\u00a00 * * *",
+        "0\u30000 * * *",
+        "0\u00850 * * *",
+        "0\u20280 * * *",
+        "0\x0b0 * * *",
+        "0\x0c0 * * *",
+        "0 0 * * *\n",
+        "0 0 * * L",
+        "0 0 L/2 * *",
+        "0 0 L-1-3 * *",
+        "0 0 L-31 * *",
+        "0 0 1-5W * *",
+        "0 0 30W 2 *",
+        "0 0 L-30 2 *",
+        "0 0 * * 1#0",
+        "0 0 * * 1#6",
+        "0 0 * * 8#1",
+        "0 0 * * 1-2L",
+        "0 L * * *",
+        "0 0 * L *",
+        "L * * * *",
+        "0 0 * 1#2 *",
+        "0 0 W * *",
+        "0 0 ?? * *",
+        "0 0 ?,1 * *",
         "61 * * * *",
         "-1 * * * *",
         "* 24 * * *",
@@ -79,8 +107,7 @@ def fires(expression: str, zone: str, after: datetime, until: datetime) -> list[
         "1,,2 * * * *",
         "1, * * * *",
         "? * * * *",
-        "0 0 L * *",
-        "0 0 * * 1#2",
+        "0 0 * ? *",
         "0 0 * * fri-mon",
         "0 0 * * monday",
         "0 0 * january *",
@@ -115,6 +142,27 @@ def test_validate_refuses(expression: str) -> None:
         "0\t2 * * *",
         "00 02 01 01 *",
         "*/59 */23 */31 */12 */7",
+        "@yearly",
+        "@ANNUALLY",
+        "@monthly",
+        "@weekly",
+        "@daily",
+        "@midnight",
+        "  @hourly\t",
+        "0 0 ? * mon",
+        "0 0 1 * ?",
+        "0 0 L * *",
+        "0 0 l-3 * *",
+        "0 0 L-30 * *",
+        "0 0 15W * *",
+        "0 0 1w,LW * *",
+        "0 0 1,15,L * *",
+        "0 0 * * 5L",
+        "0 0 * * friL",
+        "0 0 * * 1#2,fri#5",
+        "0 0 * * 7#1",
+        "0 0 * * mon-wed",
+        "0 0 31W 2 1",
     ],
 )
 def test_validate_accepts(expression: str) -> None:
@@ -432,6 +480,8 @@ class Expr:
     days: frozenset[int]
     months: frozenset[int]
     weekdays: frozenset[int]  # 0 = Sunday
+    day_specials: tuple[str, ...] = ()  # L, L-N, NW, LW
+    weekday_specials: tuple[str, ...] = ()  # NL, N#K
 
     @property
     def text(self) -> str:
@@ -446,22 +496,69 @@ class Expr:
     @property
     def either_day(self) -> bool:
         """Tell whether the day fields combine with OR."""
-        return not self.texts[2].startswith("*") and not self.texts[4].startswith("*")
+        return not self.texts[2].startswith(("*", "?")) and not self.texts[4].startswith(("*", "?"))
 
     def fires_ever(self) -> bool:
         """Tell whether some calendar date satisfies the day and month fields."""
         if self.either_day:
             return True
         longest = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30, 12: 31}
-        return any(day <= longest[month] for month in self.months for day in self.days)
+        for month in self.months:
+            if any(day <= longest[month] for day in self.days):
+                return True
+            for token in self.day_specials:
+                if token in ("L", "LW"):
+                    return True
+                if token.startswith("L-") and longest[month] - int(token[2:]) >= 1:
+                    return True
+                if token.endswith("W") and int(token[:-1]) <= longest[month]:
+                    return True
+        return False
 
     def matches_wall(self, wall: datetime) -> bool:
         """Tell whether a naive wall-clock minute satisfies every field."""
         if wall.minute not in self.minutes or wall.hour not in self.hours or wall.month not in self.months:
             return False
-        day_ok = wall.day in self.days
-        weekday_ok = (wall.isoweekday() % 7) in self.weekdays
+        day = wall.date()
+        day_ok = wall.day in self.days or any(special_day(token, day) for token in self.day_specials)
+        weekday_ok = (wall.isoweekday() % 7) in self.weekdays or any(
+            special_weekday(token, day) for token in self.weekday_specials
+        )
         return (day_ok or weekday_ok) if self.either_day else (day_ok and weekday_ok)
+
+
+def special_day(token: str, day: date) -> bool:
+    """Whether a day-of-month token with L or W selects ``day``, found by looking at the whole month."""
+    length = calendar.monthrange(day.year, day.month)[1]
+    if token == "L":
+        return day.day == length
+    if token.startswith("L-"):
+        return day.day == length - int(token[2:])
+    target = length if token == "LW" else int(token[:-1])
+    if target > length:
+        return False
+    weekdays = [number for number in range(1, length + 1) if date(day.year, day.month, number).weekday() < 5]
+    return day.day == min(weekdays, key=lambda number: abs(number - target))
+
+
+def special_weekday(token: str, day: date) -> bool:
+    """Whether a day-of-week token NL or N#K selects ``day``."""
+    length = calendar.monthrange(day.year, day.month)[1]
+    if "#" in token:
+        weekday, week = token.split("#")
+        count = sum(
+            1
+            for number in range(1, day.day + 1)
+            if date(day.year, day.month, number).isoweekday() % 7 == int(weekday) % 7
+        )
+        return day.isoweekday() % 7 == int(weekday) % 7 and count == int(week)
+    weekday = int(token[:-1]) % 7
+    later = [
+        number
+        for number in range(day.day + 1, length + 1)
+        if date(day.year, day.month, number).isoweekday() % 7 == weekday
+    ]
+    return day.isoweekday() % 7 == weekday and not later
 
 
 def zone_of(key: str) -> ZoneInfo:
@@ -474,16 +571,18 @@ def wall_of(moment: datetime, zone: ZoneInfo) -> datetime:
     return moment.astimezone(zone).replace(tzinfo=None)
 
 
-def instant_of_wall(wall: datetime, zone: ZoneInfo) -> datetime:
-    """Map a wall time to the instant a fixed-time expression fires at."""
+def instant_of_wall(wall: datetime, zone: ZoneInfo) -> datetime | None:
+    """Map a wall time to the instant a fixed-time expression fires at; None when it is skipped."""
     candidate = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
     if wall_of(candidate, zone) == wall:
         return candidate  # exists; fold=0 is the first pass when ambiguous
-    # In a gap: the first instant whose wall time is at or after this wall time.
-    moment = candidate - timedelta(hours=4)
+    # In a gap: the first instant whose wall time is at or after this wall time, when the clock
+    # jumped 3 hours or less; a longer jump skips it (Vixie cron's catch-up limit).
+    moment = candidate - timedelta(hours=30)
     while wall_of(moment, zone) < wall:
         moment += MINUTE
-    return moment
+    jump = wall_of(moment, zone) - wall_of(moment - MINUTE, zone) - MINUTE
+    return moment if jump <= timedelta(hours=3) else None
 
 
 def oracle(expr: Expr, key: str, after: datetime, window: timedelta) -> list[datetime]:
@@ -506,7 +605,7 @@ def oracle(expr: Expr, key: str, after: datetime, window: timedelta) -> list[dat
     while wall <= wall_end:
         if expr.matches_wall(wall):
             moment = instant_of_wall(wall, zone)
-            if after < moment <= end:
+            if moment is not None and after < moment <= end:
                 instants.add(moment)
         wall += MINUTE
     return sorted(instants)
@@ -570,21 +669,61 @@ def expressions(draw: st.DrawFn, focus: tuple[int, ...] = ()) -> Expr:
             hour_text, hours = ",".join(map(str, picked)), frozenset(picked)
     else:
         hour_text, hours = draw(field(0, 23))
+    day_specials: tuple[str, ...] = ()
+    weekday_specials: tuple[str, ...] = ()
     if draw(st.integers(0, 9)) < 6:
-        day_text, days = "*", frozenset(range(1, 32))
+        day_text, days = draw(st.sampled_from(("*", "*", "*", "?"))), frozenset(range(1, 32))
     else:
         day_text, days = draw(field(1, 31, star_weight=1))
+        if draw(st.integers(0, 2)) == 0:
+            picked = draw(
+                st.lists(
+                    st.sampled_from(("L", "LW"))
+                    | st.integers(0, 30).map(lambda n: f"L-{n}")
+                    | st.integers(1, 31).map(lambda n: f"{n}W"),
+                    min_size=1,
+                    max_size=2,
+                )
+            )
+            day_specials = tuple(picked)
+            if draw(st.booleans()) or day_text.startswith("*"):
+                day_text, days = ",".join(picked), frozenset()
+            else:
+                day_text = ",".join([day_text, *picked])
     if draw(st.integers(0, 9)) < 8:
         month_text, months = "*", frozenset(range(1, 13))
     else:
         month_text, months = draw(field(1, 12, MONTH_NAMES))
     if draw(st.integers(0, 9)) < 6:
-        weekday_text, weekdays = "*", frozenset(range(7))
+        weekday_text, weekdays = draw(st.sampled_from(("*", "*", "*", "?"))), frozenset(range(7))
     else:
         weekday_text, raw = draw(field(0, 7, DOW_NAMES, star_weight=1))
         weekdays = frozenset(value % 7 for value in raw)
+        if draw(st.integers(0, 2)) == 0:
+            picked = draw(
+                st.lists(
+                    st.integers(0, 7).map(lambda n: f"{n}L")
+                    | st.tuples(st.integers(0, 7), st.integers(1, 5)).map(
+                        lambda pair: f"{pair[0]}#{pair[1]}"
+                    ),
+                    min_size=1,
+                    max_size=2,
+                )
+            )
+            weekday_specials = tuple(picked)
+            if draw(st.booleans()) or weekday_text.startswith("*"):
+                weekday_text, weekdays = ",".join(picked), frozenset()
+            else:
+                weekday_text = ",".join([weekday_text, *picked])
     return Expr(
-        (minute_text, hour_text, day_text, month_text, weekday_text), minutes, hours, days, months, weekdays
+        (minute_text, hour_text, day_text, month_text, weekday_text),
+        minutes,
+        hours,
+        days,
+        months,
+        weekdays,
+        day_specials,
+        weekday_specials,
     )
 
 
@@ -708,3 +847,102 @@ def test_validate_only_ever_raises_invalid_cron(expression: str, key: str) -> No
         cron.validate(expression, key)
     except InvalidCron as exc:
         assert exc.errors
+
+
+# ---------------------------------------------------------------------------
+# The fuller dialect: macros, ?, L, W, # and long gaps
+# ---------------------------------------------------------------------------
+
+
+@st.composite
+def day_expressions(draw: st.DrawFn) -> Expr:
+    """Noon on the days a drawn pair of day fields with L, W and # tokens selects."""
+    expr = draw(expressions())
+    assume(expr.day_specials or expr.weekday_specials)
+    return Expr(("0", "12", *expr.texts[2:]), frozenset({0}), frozenset({12}), *astuple_tail(expr))
+
+
+def astuple_tail(expr: Expr) -> tuple[Any, ...]:
+    return (expr.days, expr.months, expr.weekdays, expr.day_specials, expr.weekday_specials)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(day_expressions(), st.integers(2020, 2040))
+def test_day_tokens_select_the_days_a_walk_over_the_calendar_finds(expr: Expr, year: int) -> None:
+    assume(expr.fires_ever())
+    start = utc(year, 1, 1)
+    expected = []
+    day = start
+    while day < utc(year + 2, 1, 1):
+        noon = day.replace(hour=12)
+        if expr.matches_wall(noon.replace(tzinfo=None)):
+            expected.append(noon)
+        day += timedelta(days=1)
+    assert cron.fire_times(expr.text, "UTC", start, utc(year + 2, 1, 1) - MINUTE) == expected, expr.text
+
+
+@pytest.mark.parametrize(
+    ("expression", "after", "expected"),
+    [
+        ("0 0 L * *", utc(2028, 1, 15), [utc(2028, 1, 31), utc(2028, 2, 29), utc(2028, 3, 31)]),
+        ("0 0 L-2 * *", utc(2027, 1, 15), [utc(2027, 1, 29), utc(2027, 2, 26), utc(2027, 3, 29)]),
+        # 15 Feb 2026 is a Sunday, 15 Aug 2026 a Saturday.
+        ("0 0 15W 2,8 *", utc(2026, 1, 1), [utc(2026, 2, 16), utc(2026, 8, 14)]),
+        # 1 Aug 2026 is a Saturday: the nearest weekday within the month is Monday the 3rd.
+        ("0 0 1W 8 *", utc(2026, 1, 1), [utc(2026, 8, 3)]),
+        # 31 May 2026 is a Sunday: the last weekday is Friday the 29th.
+        ("0 0 LW 5 *", utc(2026, 1, 1), [utc(2026, 5, 29)]),
+        ("0 0 * * 5L", utc(2026, 1, 1), [utc(2026, 1, 30), utc(2026, 2, 27), utc(2026, 3, 27)]),
+        ("0 9 ? * 1#2", utc(2026, 1, 1), [utc(2026, 1, 12, 9), utc(2026, 2, 9, 9), utc(2026, 3, 9, 9)]),
+        ("0 0 * * sun#5", utc(2026, 1, 1), [utc(2026, 3, 29), utc(2026, 5, 31), utc(2026, 8, 30)]),
+        ("@yearly", utc(2026, 6, 1), [utc(2027, 1, 1), utc(2028, 1, 1)]),
+        ("@monthly", utc(2026, 6, 1), [utc(2026, 7, 1), utc(2026, 8, 1)]),
+        ("@weekly", utc(2026, 6, 1), [utc(2026, 6, 7), utc(2026, 6, 14)]),
+        ("@midnight", utc(2026, 6, 1), [utc(2026, 6, 2), utc(2026, 6, 3)]),
+        ("@hourly", utc(2026, 6, 1), [utc(2026, 6, 1, 1), utc(2026, 6, 1, 2)]),
+    ],
+)
+def test_dialect_examples(expression: str, after: datetime, expected: list[datetime]) -> None:
+    assert cron.fire_times(expression, "UTC", after, expected[-1]) == expected
+
+
+def test_macros_mean_their_five_fields_and_reboot_says_why_it_is_refused() -> None:
+    after = utc(2026, 3, 1)
+    for macro, fields in (("@annually", "0 0 1 1 *"), ("@daily", "0 0 * * *"), ("@hourly", "0 * * * *")):
+        assert cron.fire_times(macro, NY, after, utc(2028, 1, 1), 30) == cron.fire_times(
+            fields, NY, after, utc(2028, 1, 1), 30
+        )
+    with pytest.raises(InvalidCron) as caught:
+        cron.validate("@reboot", "UTC")
+    assert "no single start" in str(caught.value) and "trigger" in str(caught.value)
+
+
+@pytest.mark.parametrize("separator", ["\u00a0", "\u3000", "\u0085", "\u2028", "\v", "\f", "\r", "\n"])
+def test_whitespace_other_than_space_and_tab_is_refused_by_name(separator: str) -> None:
+    with pytest.raises(InvalidCron) as caught:
+        cron.validate(f"0{separator}0 * * *", "UTC")
+    assert f"U+{ord(separator):04X}" in str(caught.value) and "spaces and tabs only" in str(caught.value)
+
+
+APIA = "Pacific/Apia"
+
+
+def test_a_fixed_time_in_a_skipped_day_is_skipped_not_moved_to_the_jump() -> None:
+    # Samoa jumped from 29 December 2011 24:00 to 31 December 00:00 (UTC-10 to UTC+14).
+    found = cron.fire_times("0 12 * * *", APIA, utc(2011, 12, 28), utc(2012, 1, 1))
+    assert [moment.astimezone(ZoneInfo(APIA)).day for moment in found] == [28, 29, 31, 1]
+    assert found == oracle(
+        Expr(("0", "12", "*", "*", "*"), *_every(0, 12)), APIA, utc(2011, 12, 28), timedelta(days=4)
+    )
+    # A jump of an hour still fires the skipped minute at the jump (New York, 8 March 2026).
+    assert cron.next_fire_time("30 2 * * *", NY, utc(2026, 3, 8)) == utc(2026, 3, 8, 7)
+
+
+def _every(minute: int, hour: int) -> tuple[frozenset[int], ...]:
+    return (
+        frozenset({minute}),
+        frozenset({hour}),
+        frozenset(range(1, 32)),
+        frozenset(range(1, 13)),
+        frozenset(range(7)),
+    )

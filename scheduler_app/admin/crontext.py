@@ -24,6 +24,7 @@ WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "S
 MONTH_KEYS = {name[:3].lower(): str(number) for number, name in enumerate(MONTHS) if name}
 WEEKDAY_KEYS = {name[:3].lower(): str(number) for number, name in enumerate(WEEKDAYS[:7])}
 MAX_LISTED_TIMES = 6
+ORDINALS = ("", "first", "second", "third", "fourth", "fifth")
 
 
 def describe(expression: str) -> str:
@@ -32,7 +33,12 @@ def describe(expression: str) -> str:
         cron.validate(expression, "")
     except InvalidCron:
         return "invalid cron expression"
-    minute, hour, day, month, weekday = expression.lower().split()
+    fields = expression.lower().split()
+    if len(fields) == 1:
+        fields = cron.MACROS[fields[0]].split()
+    minute, hour, day, month, weekday = (
+        "*" if field == "?" and index in (2, 4) else field for index, field in enumerate(fields)
+    )
     parts = [_time(minute, hour)]
     if day != "*" or weekday != "*":
         parts.append(_days(day, weekday))
@@ -65,12 +71,40 @@ def _days(day: str, weekday: str) -> str:
     if day.startswith("*/"):
         phrases.append(f"every {day[2:]} days of the month")
     elif day != "*":
-        phrases.append(f"on day {_plain(day)} of the month")
+        phrases.append("on " + ", ".join(_month_day(item) for item in day.split(",")))
     if weekday != "*":
-        phrases.append("on " + _list(weekday, WEEKDAYS, WEEKDAY_KEYS, "weekday"))
+        phrases.append("on " + ", ".join(_week_day(item) for item in weekday.split(",")))
     # Both restricted: either day matches (Vixie cron); one starting with "*": both must.
     joiner = " or " if not day.startswith("*") and not weekday.startswith("*") else " and "
     return joiner.join(phrases)
+
+
+def _month_day(item: str) -> str:
+    """One item of the day-of-month field: a day, a range, or L, L-N, NW, LW."""
+    if item == "l":
+        return "the last day of the month"
+    if item.startswith("l-"):
+        before = int(item[2:])
+        return (
+            "the last day of the month"
+            if not before
+            else f"{before} day{'s' if before > 1 else ''} before the last day of the month"
+        )
+    if item == "lw":
+        return "the last weekday of the month"
+    if item.endswith("w"):
+        return f"the weekday nearest day {item[:-1]} of the month"
+    return f"day {_plain(item)} of the month"
+
+
+def _week_day(item: str) -> str:
+    """One item of the day-of-week field: weekdays, or NL, N#K."""
+    if "#" in item:
+        weekday, week = item.split("#")
+        return f"the {ORDINALS[int(week)]} {WEEKDAYS[int(WEEKDAY_KEYS.get(weekday, weekday))]} of the month"
+    if item.endswith("l"):
+        return f"the last {WEEKDAYS[int(WEEKDAY_KEYS.get(item[:-1], item[:-1]))]} of the month"
+    return _list(item, WEEKDAYS, WEEKDAY_KEYS, "weekday")
 
 
 def _numbers(field: str) -> list[int] | None:
