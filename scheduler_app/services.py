@@ -63,6 +63,8 @@ from scheduler_app.triggers import KEY_REUSED, Trigger, create_many, payload_has
 logger = logging.getLogger("scheduler_app")
 
 MAX_PAGE_SIZE = 500
+DEFAULT_NEXT_RUNS = 10
+MAX_NEXT_RUNS = 100
 # The most triggers one trigger_many() call takes.
 MAX_TRIGGERS = 10_000
 TRIGGER_KEYS = frozenset({"idempotency_key", "params"})
@@ -287,11 +289,32 @@ class Scheduler:
         block as made by that name (the audit trail; the admin and the API record their user)."""
         return audit.acting(by)
 
+    def next_runs(self, task_id: str, n: int = DEFAULT_NEXT_RUNS) -> builtins.list[datetime]:
+        """The task's next ``n`` (1 to 100) fire times after now, in UTC, on its cron and timezone
+        (daylight saving time as concepts.md says), whether or not it is enabled. A stored schedule
+        that cannot be evaluated gives the times found before the problem (none at worst)."""
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_NEXT_RUNS:
+            raise InvalidDefinition(
+                "The query is invalid.", errors={"n": [f"Must be an integer from 1 to {MAX_NEXT_RUNS}."]}
+            )
+        with storage_errors():
+            task = Task.objects.filter(id=_task_id(task_id)).only("cron", "timezone").first()
+        if task is None:
+            raise TaskNotFound()
+        times: builtins.list[datetime] = []
+        after = timezone.now()
+        with suppress(ValueError):  # InvalidCron is a ValueError too
+            for _ in range(n):
+                after = cron.next_fire_time(task.cron, task.timezone, after)
+                times.append(after)
+        return times
+
     def task_history(
         self, task_id: str, limit: int = listing.DEFAULT_LIMIT, offset: int = 0
     ) -> builtins.list[TaskChange]:
         """The changes of a task, newest first, ``limit`` (1 to 100) after the first ``offset``;
         kept after the task is deleted. TaskNotFound when the id has neither a task nor a change."""
+        task_id = _task_id(task_id)
         with storage_errors():
             changes = listing.window(
                 TaskChange.objects.filter(task_id=task_id).order_by("-id"), limit, offset, "history"
@@ -655,6 +678,13 @@ def _refresh_logs(occurrence_id: Any) -> None:
     # pending, where list_log_failures() shows it for repair.
     with suppress(DatabaseError):
         logs.repair(occurrence_id)
+
+
+def _task_id(value: Any) -> str:
+    """A task id as given; TaskNotFound for anything no task can have (some databases refuse a NUL)."""
+    if not isinstance(value, str) or not definitions.ID_PATTERN.match(value):
+        raise TaskNotFound()
+    return value
 
 
 def _uuid(value: Any) -> Any:

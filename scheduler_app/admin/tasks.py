@@ -22,7 +22,6 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import ngettext
 
-from scheduler_app import cron
 from scheduler_app.admin import display, task_health
 from scheduler_app.admin.changes import table as changes_table
 from scheduler_app.admin.common import ObjectActions, acting, actor, tell
@@ -286,16 +285,12 @@ class TaskAdmin(ObjectActions):
     def next_fire_times(self, task: Task) -> SafeString | str:
         if task is None or not task.pk:
             return "-"
-        times: list[datetime] = []
-        after = timezone.now()
         try:
-            for _ in range(PREVIEW_COUNT):
-                after = cron.next_fire_time(task.cron, task.timezone, after)
-                times.append(after)
-        except ValueError:
-            # InvalidCron is a ValueError too: a stored schedule that cannot be evaluated.
-            if not times:
-                return "the stored cron expression or timezone cannot be evaluated"
+            times = scheduler.next_runs(task.id, PREVIEW_COUNT)
+        except TaskNotFound:  # a new task whose save was refused
+            return "-"
+        if not times:
+            return "the stored cron expression or timezone cannot be evaluated"
         return format_html(
             "<ol>{}</ol>",
             format_html_join("", "<li>{}</li>", ((_both_zones(t, task.timezone),) for t in times)),

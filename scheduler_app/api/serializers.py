@@ -276,6 +276,25 @@ class TaskChangeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class NextRunsQuerySerializer(serializers.Serializer):
+    n = serializers.IntegerField(min_value=1, max_value=100, default=10, help_text="How many fire times.")
+
+
+class FireTimeSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="The fire time in UTC.")
+    local = serializers.CharField(help_text="The same instant on the task's clock, with its UTC offset.")
+
+
+class NextRunsSerializer(serializers.Serializer):
+    """A task's next fire times on its cron and timezone, daylight saving time applied."""
+
+    task_id = serializers.CharField()
+    cron = serializers.CharField()
+    timezone = serializers.CharField(help_text="IANA name; empty is UTC.")
+    enabled = serializers.BooleanField(help_text="A disabled task has fire times but does not run them.")
+    next_runs = FireTimeSerializer(many=True)
+
+
 class TaskHistorySerializer(serializers.Serializer):
     """A window of a task's changes, newest first."""
 
