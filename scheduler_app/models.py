@@ -188,7 +188,9 @@ class ExecutionQuerySet(models.QuerySet):
         return self.filter(status__in=LEASED, lease_expires_at__lt=now)
 
     def occupying(self) -> ExecutionQuerySet:
-        return self.filter(status__in=OCCUPYING)
+        # Two conditions, each one of a small partial index on PostgreSQL (leased rows, unknown
+        # rows), rather than one IN list that neither matches.
+        return self.filter(models.Q(status__in=LEASED) | models.Q(status=Status.UNKNOWN))
 
     def count_by_task(self) -> dict[str, int]:
         """How many of these executions each task has."""
@@ -256,7 +258,10 @@ class Execution(models.Model):
                 name="scheduler_execution_lease",
                 where=models.Q(status__in=LEASED),
             ),
-            models.Index(fields=["task_id", "status"], name="scheduler_execution_task"),
+            # A task's executions newest first (its last outcome, its page of the journal): a
+            # backward read that stops at the first match. What occupies a task's slots is found
+            # through the small partial indexes above (``occupying()``), not this one.
+            models.Index(fields=["task_id", "sequence"], name="scheduler_execution_task"),
             # The operator's lists and health checks: few rows, found without reading the history.
             PartialIndex(
                 fields=["status", "updated_at"],

@@ -388,15 +388,17 @@ def test_the_execution_list_offers_unknown_first_and_shows_the_columns(admin_cli
     assert [e.status for e in unknown] == ["unknown"]
 
 
-def test_executions_are_found_by_task_and_by_occurrence_id(admin_client):
+def test_executions_are_found_by_exact_task_id_and_by_occurrence_id(admin_client):
     wanted, other = make_execution("report"), make_execution("sweep")
 
-    def found(term: str) -> list[int]:
-        return [e.pk for e in admin_client.get(EXECUTIONS, {"q": term}).context["cl"].result_list]
+    def found(**query: str) -> list[int]:
+        return [e.pk for e in admin_client.get(EXECUTIONS, query).context["cl"].result_list]
 
-    assert found("report") == [wanted.pk]
-    assert found(str(other.occurrence_id)) == [other.pk]
-    assert found(str(other.occurrence_id)[:8]) == [other.pk]
+    assert found(q="report") == [wanted.pk]
+    assert found(q="repo") == []  # exact: a part of an id would read every row of the journal
+    assert found(task_id="sweep") == [other.pk]
+    assert found(occurrence_id=str(other.occurrence_id)) == [other.pk]
+    assert found(occurrence_id=str(other.occurrence_id).upper()) == [other.pk]
 
 
 def test_the_execution_page_shows_the_history_and_attempt_outcomes_never_the_token(admin_client):

@@ -309,3 +309,25 @@ def test_the_task_list_reads_the_fuller_dialect(expression: str, reading: str) -
     from scheduler_app.admin.crontext import describe
 
     assert describe(expression) == reading
+
+
+def test_the_dashboard_counts_the_queue_now_and_what_ended_in_the_last_day(admin_client):
+    long_ago = timezone.now() - timedelta(days=3)
+    make_execution("report", "pending", updated_at=long_ago)  # still in the queue: counted
+    make_execution("report", "unknown", updated_at=long_ago)
+    make_execution("report", "success", finished_at=long_ago)  # ended before the day: not counted
+    make_execution("report", "success", finished_at=timezone.now())
+    page = admin_client.get(DASHBOARD).content.decode()
+    counts = dict(
+        (status, int(n)) for n, status in re.findall(r"<strong>(\d+)</strong> ([a-z]+)</a></li>", page)
+    )
+    assert counts == {
+        "unknown": 1,
+        "pending": 1,
+        "claimed": 0,
+        "running": 0,
+        "success": 1,
+        "failed": 0,
+        "interrupted": 0,
+        "discarded": 0,
+    }

@@ -103,3 +103,61 @@ def test_the_probe_reads_the_queue_indexes_under_a_generic_plan(clock):
         "scheduler_execution_lease",
         "scheduler_execution_lease",
     ]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="partial indexes are PostgreSQL's")
+def test_the_claim_counts_busy_tasks_without_reading_the_history(clock):
+    """The claim skips tasks at their max_concurrency: it counts occupying rows through the leased
+    and unknown partial indexes, never through the task index's entry of every ended row (with
+    millions of ended rows that read made W1 14 times slower, bench/scale.py)."""
+    import json
+
+    from scheduler_app.postgres.claims import candidates_sql
+
+    scheduler.register(definition("history", cron="0 0 1 1 *"))
+    now = clock.now()
+    Execution.objects.bulk_create(
+        Execution(
+            occurrence_id=uuid.uuid4(),
+            task_id="history",
+            task_revision=1,
+            trigger_type="manual",
+            status=Status.SUCCESS,
+            due_at=now - timedelta(seconds=n),
+            params={},
+            max_attempts=1,
+            created_at=now,
+            updated_at=now,
+        )
+        for n in range(20000)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        try:
+            cursor.execute(
+                "PREPARE take(timestamptz, integer) AS "
+                + candidates_sql().replace("%s", "$1", 1).replace("%s", "$2", 1)
+            )
+            cursor.execute("EXPLAIN (FORMAT JSON) EXECUTE take(%s, %s)", [now, 32])
+            plan = cursor.fetchone()[0]
+        finally:
+            cursor.execute("DEALLOCATE ALL")
+            cursor.execute("RESET plan_cache_mode")
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def nodes(node):
+        return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
+
+    read = {(n["Node Type"], n.get("Index Name")) for n in nodes(plan[0]["Plan"])}
+    assert {name for _, name in read if name} <= {
+        "scheduler_execution_due",
+        "scheduler_execution_lease",
+        "scheduler_execution_unknown",
+        "scheduler_app_task_pkey",
+    }, read
+    assert not [
+        n
+        for n in nodes(plan[0]["Plan"])
+        if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "scheduler_app_execution"
+    ]

@@ -20,6 +20,7 @@ from django.urls import URLPattern, path, reverse
 
 from scheduler_app import audit
 from scheduler_app.models import ChangeVia
+from scheduler_app.statements import journal_statements
 
 LISTED_NAMES = 10
 # The most rows a filtered list of the journal counts exactly.
@@ -102,16 +103,12 @@ class BoundedCountPaginator(Paginator):
 
 
 def _estimated_rows(rows: QuerySet[Any]) -> int | None:
-    """PostgreSQL's estimate of an unfiltered table's rows; None for a filtered list, another
-    database, or a table never analyzed."""
-    if rows.query.where or connections[rows.db].vendor != "postgresql":
+    """The database's estimate of an unfiltered table's rows (PostgreSQL's statistics); None for a
+    filtered list, or where there is none."""
+    if rows.query.where:
         return None
-    with connections[rows.db].cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [rows.model._meta.db_table]
-        )
-        found = cursor.fetchone()
-    return int(found[0]) if found and found[0] >= 0 else None
+    connection = connections[rows.db]
+    return journal_statements(connection).estimated_rows(connection, rows.model._meta.db_table)
 
 
 class ReadOnlyAdmin(SchedulerAdmin):

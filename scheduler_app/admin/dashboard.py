@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
@@ -16,7 +16,7 @@ from scheduler_app import health, listing
 from scheduler_app.admin.display import seconds_text
 from scheduler_app.db import probe
 from scheduler_app.logs import log_alias
-from scheduler_app.models import TERMINAL, Execution, ExecutionLog, Status
+from scheduler_app.models import LEASED, TERMINAL, Execution, ExecutionLog, Status
 
 HOURS = 24
 OUTCOMES = (Status.SUCCESS, Status.FAILED, Status.INTERRUPTED, Status.UNKNOWN)
@@ -65,14 +65,20 @@ class Bar:
 
 
 def state_counts(since: datetime) -> list[tuple[str, int]]:
-    """How many executions that changed since ``since`` are in each state now."""
-    rows = dict(
-        Execution.objects.filter(updated_at__gte=since)
-        .order_by()
-        .values("status")
-        .annotate(n=Count("sequence"))
-        .values_list("status", "n")
-    )
+    """How many executions are in each state of the queue now (pending, claimed, running,
+    unknown), and how many ended in each final state since ``since``. Each count reads one of the
+    journal's small indexes (the queue's, the ended rows' by finish), never the whole history."""
+    in_queue = Q(status=Status.PENDING) | Q(status__in=LEASED) | Q(status=Status.UNKNOWN)
+    ended = Q(status__in=TERMINAL, finished_at__gte=since)
+    rows: dict[str, int] = {}
+    for condition in (in_queue, ended):
+        rows.update(
+            Execution.objects.filter(condition)
+            .order_by()
+            .values("status")
+            .annotate(n=Count("sequence"))
+            .values_list("status", "n")
+        )
     return [(status.value, rows.get(status, 0)) for status in STATE_ORDER]
 
 

@@ -16,7 +16,7 @@ from django.utils.translation import ngettext
 from scheduler_app import listing
 from scheduler_app.admin import display, resolve
 from scheduler_app.admin.common import ObjectActions, ReadOnlyAdmin, actor, tell
-from scheduler_app.admin.logs import OccurrenceFilter
+from scheduler_app.admin.logs import OccurrenceFilter, TaskFilter
 from scheduler_app.exceptions import SchedulerError
 from scheduler_app.models import (
     LEASED,
@@ -126,10 +126,12 @@ class ExecutionAdmin(ObjectActions, ReadOnlyAdmin):
         "runner",
         "log_persistence",
     )
-    list_filter = (StatusFilter, "trigger_type", LogFilter, "stop_requested", OccurrenceFilter)
-    search_fields = ("task_id", "occurrence_id", "trigger_source", "owner")
-    # The runner list links to the executions a runner holds, a task's pages to its executions.
-    linked_lookups = ("owner", "status__in", "task_id")
+    list_filter = (StatusFilter, "trigger_type", LogFilter, "stop_requested", TaskFilter, OccurrenceFilter)
+    # Exact task ids only: a search for part of a text column reads every row of the journal.
+    search_fields = ("=task_id",)
+    search_help_text = "An exact task id."
+    # The runner list links to the executions a runner holds.
+    linked_lookups = ("owner", "status__in")
     fields = (
         ("occurrence_id", "sequence"),
         ("task", "task_revision"),

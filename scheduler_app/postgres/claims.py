@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from django.db.models import Model
 
 from scheduler_app import journal
-from scheduler_app.models import OCCUPYING, Execution, ExecutionEvent, Status, Task
+from scheduler_app.models import LEASED, Execution, ExecutionEvent, Status, Task
 from scheduler_app.postgres import binding
 from scheduler_app.sql import status_literal
 
@@ -74,22 +74,32 @@ CANDIDATE_FIELDS = (
 )
 
 
+# Occupying rows as two conditions, each the predicate of a small partial index (leased rows,
+# unknown rows): one IN list of the three matches neither, and PostgreSQL would then read an index
+# entry of every row of the journal, millions with a long history.
+OCCUPYING_ROWS = f"(o.status IN {status_literal(*LEASED)} OR o.status = {status_literal(Status.UNKNOWN)})"
+
+
 def candidates(now: datetime, limit: int) -> list[Execution]:
     """Due pending rows not locked by another claim, oldest first, skipping tasks already at their
     max_concurrency (a hint: ``busy`` counts again under the task locks)."""
-    n = _names()
-    sql = (
-        f"SELECT {', '.join(f'e.{name}' for name in CANDIDATE_FIELDS)} FROM {n['execution']} e"
-        f" WHERE e.status = {status_literal(Status.PENDING)} AND e.due_at <= %s AND e.task_id NOT IN ("
-        f"SELECT o.task_id FROM {n['execution']} o JOIN {n['task']} t ON t.id = o.task_id"
-        f" WHERE o.status IN {status_literal(*OCCUPYING)}"
-        " GROUP BY o.task_id, t.max_concurrency HAVING COUNT(*) >= t.max_concurrency)"
-        " ORDER BY e.due_at, e.sequence LIMIT %s FOR UPDATE OF e SKIP LOCKED"
-    )
-    rows = _fetch(Execution, sql, [now, limit], CANDIDATE_FIELDS)
+    rows = _fetch(Execution, candidates_sql(), [now, limit], CANDIDATE_FIELDS)
     for row in rows:
         row.status = Status.PENDING
     return rows
+
+
+@cache
+def candidates_sql() -> str:
+    n = _names()
+    return (
+        f"SELECT {', '.join(f'e.{name}' for name in CANDIDATE_FIELDS)} FROM {n['execution']} e"
+        f" WHERE e.status = {status_literal(Status.PENDING)} AND e.due_at <= %s AND e.task_id NOT IN ("
+        f"SELECT o.task_id FROM {n['execution']} o JOIN {n['task']} t ON t.id = o.task_id"
+        f" WHERE {OCCUPYING_ROWS}"
+        " GROUP BY o.task_id, t.max_concurrency HAVING COUNT(*) >= t.max_concurrency)"
+        " ORDER BY e.due_at, e.sequence LIMIT %s FOR UPDATE OF e SKIP LOCKED"
+    )
 
 
 def lock_tasks(task_ids: Iterable[str]) -> dict[str, Task]:
@@ -105,7 +115,7 @@ def busy(task_ids: Iterable[str]) -> dict[str, int]:
     n = _names()
     sql = (
         f"SELECT t.id, (SELECT COUNT(*) FROM {n['execution']} o"
-        f" WHERE o.task_id = t.id AND o.status IN {status_literal(*OCCUPYING)})"
+        f" WHERE o.task_id = t.id AND {OCCUPYING_ROWS})"
         " FROM unnest(%s::text[]) AS t(id)"
     )
     with binding.bound_cursor(binding.journal_connection()) as cursor:

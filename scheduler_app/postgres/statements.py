@@ -24,6 +24,13 @@ class PostgresStatements(Statements):
     def wake_ups(self) -> Any:
         return notify if notify.available() else None
 
+    def estimated_rows(self, connection: Any, table: str) -> int | None:
+        """reltuples: -1 for a table never vacuumed nor analyzed."""
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [table])
+            found = cursor.fetchone()
+        return int(found[0]) if found and found[0] >= 0 else None
+
     @contextmanager
     def cursor(self, connection: Any) -> Iterator[Any]:
         with binding.bound_cursor(connection) as cursor:

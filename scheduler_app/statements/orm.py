@@ -45,6 +45,11 @@ class Statements:
         """Whether the database takes one write at a time (SQLite): more worker threads only queue."""
         return bool(connection.vendor == "sqlite")
 
+    def estimated_rows(self, connection: Any, table: str) -> int | None:
+        """The database's estimate of a table's rows, from its statistics; None where it keeps
+        none worth reading (then a list counts, bounded)."""
+        return None
+
     def wake_ups(self) -> Any:
         """How triggers wake runners through the database itself (``postgres/notify.py``: a
         ``SENDER`` and a ``Listener``), or None: through Redis, or at the next tick."""
