@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, OperationalError, transaction
@@ -64,6 +64,8 @@ logger = logging.getLogger("scheduler_app")
 
 MAX_PAGE_SIZE = 500
 DEFAULT_NEXT_RUNS = 10
+# The furthest a trigger may be put off: a year.
+MAX_DELAY_SECONDS = 366 * 86400
 MAX_NEXT_RUNS = 100
 # The most triggers one trigger_many() call takes.
 MAX_TRIGGERS = 10_000
@@ -353,14 +355,19 @@ class Scheduler:
         idempotency_key: str | None = None,
         params: dict[str, Any] | None = None,
         wait: float | None = None,
+        *,
+        run_at: datetime | None = None,
+        delay: float | None = None,
     ) -> Execution:
-        """Create a manual execution (idempotent per key); optionally wait for its end."""
+        """Create a manual execution (idempotent per key), due now, at ``run_at`` or after ``delay``
+        seconds; optionally wait for its end."""
         errors = _trigger_errors(source, idempotency_key, params)
+        errors.update(_due_errors(run_at, delay))
         if wait is not None and (not isinstance(wait, (int, float)) or wait < 0 or wait > 3600):
             errors["wait"] = ["Must be a number of seconds from 0 to 3600."]
         if errors:
             raise InvalidDefinition("The trigger is invalid.", errors=errors)
-        execution, _ = self._create(task_id, source, idempotency_key, params)
+        execution, _ = self._create(task_id, source, idempotency_key, params, run_at, delay)
         if wait:
             execution = self._wait(execution, wait)
         return execution
@@ -371,12 +378,16 @@ class Scheduler:
         source: str | None = None,
         idempotency_key: str | None = None,
         params: dict[str, Any] | None = None,
+        *,
+        run_at: datetime | None = None,
+        delay: float | None = None,
     ) -> tuple[Execution, bool]:
         """Like trigger(), without waiting; also says whether the execution was created (False: key reused)."""
         errors = _trigger_errors(source, idempotency_key, params)
+        errors.update(_due_errors(run_at, delay))
         if errors:
             raise InvalidDefinition("The trigger is invalid.", errors=errors)
-        return self._create(task_id, source, idempotency_key, params)
+        return self._create(task_id, source, idempotency_key, params, run_at, delay)
 
     def trigger_many(
         self, task_id: str, triggers: list[dict[str, Any]], source: str | None = None
@@ -398,13 +409,22 @@ class Scheduler:
         return results
 
     def _create(
-        self, task_id: str, source: str | None, idempotency_key: str | None, params: dict[str, Any] | None
+        self,
+        task_id: str,
+        source: str | None,
+        idempotency_key: str | None,
+        params: dict[str, Any] | None,
+        run_at: datetime | None = None,
+        delay: float | None = None,
     ) -> tuple[Execution, bool]:
         digest = payload_hash(params)
         occurrence_id = manual_occurrence_id(task_id, idempotency_key)
         reason = f"triggered by {source}" if source else "triggered"
         with storage_errors():
             now = timezone.now()
+            due = now + timedelta(seconds=delay) if delay else max(now, run_at) if run_at else now
+            if due > now:
+                reason += f", due {due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
             execution = Execution(
                 occurrence_id=occurrence_id,
                 task_id=task_id,
@@ -412,7 +432,7 @@ class Scheduler:
                 trigger_source=source or "",
                 idempotency_key=idempotency_key,
                 payload_hash=digest,
-                due_at=now,
+                due_at=due,
                 created_at=now,
                 updated_at=now,
             )
@@ -651,6 +671,20 @@ def _valid_triggers(batch: Any, source: Any) -> list[Trigger]:
     if errors:
         raise InvalidDefinition("The triggers are invalid.", errors=errors)
     return [Trigger(item.get("idempotency_key"), item.get("params")) for item in batch]
+
+
+def _due_errors(run_at: Any, delay: Any) -> dict[str, list[str]]:
+    """What is wrong with when a trigger asks to run: an aware instant, or seconds from now, not both."""
+    errors: dict[str, list[str]] = {}
+    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
+        errors["run_at"] = ["Must be a timezone-aware datetime."]
+    if delay is not None and (
+        not isinstance(delay, (int, float)) or isinstance(delay, bool) or not 0 <= delay <= MAX_DELAY_SECONDS
+    ):
+        errors["delay"] = [f"Must be a number of seconds from 0 to {MAX_DELAY_SECONDS}."]
+    if run_at is not None and delay is not None:
+        errors["run_at"] = ["Give run_at or delay, not both."]
+    return errors
 
 
 def _trigger_errors(source: Any, idempotency_key: Any, params: Any) -> dict[str, list[str]]:

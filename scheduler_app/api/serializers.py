@@ -144,6 +144,8 @@ class TaskSerializer(PassThroughSerializer):
 
 
 class TriggerSerializer(PassThroughSerializer):
+    converted = ("run_at",)
+
     # The metaclass moves declared fields out of the class, so these names shadow nothing.
     source = serializers.CharField(  # type: ignore[assignment]
         max_length=200, required=False, allow_null=True, allow_blank=True, help_text="Default: the user name."
@@ -157,6 +159,18 @@ class TriggerSerializer(PassThroughSerializer):
     )
     params = serializers.DictField(
         required=False, allow_null=True, help_text="Merged over the task's params for this execution."
+    )
+    run_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="When to run it (ISO 8601 with an offset); a time passed runs at once. Not with delay.",
+    )
+    delay = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=366 * 86400,
+        help_text="Run it this many seconds from now. Not with run_at.",
     )
 
 

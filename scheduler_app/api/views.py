@@ -300,7 +300,7 @@ class TaskViewSet(SchedulerViewSet):
     @document(
         request=TriggerSerializer,
         responses={
-            202: described(ExecutionSerializer, "A new execution, pending and due now."),
+            202: described(ExecutionSerializer, "A new execution, pending, due now or at run_at / after delay."),
             200: described(ExecutionSerializer, "The execution this idempotency key created before."),
             **_errors(400, 404, 415),
             409: described(
@@ -324,6 +324,8 @@ class TaskViewSet(SchedulerViewSet):
             source=self.by() if source in (None, "") else source,
             idempotency_key=values.get("idempotency_key"),
             params=values.get("params"),
+            run_at=values.get("run_at"),
+            delay=values.get("delay"),
         )
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK
         return Response(ExecutionSerializer(execution).data, status=code)

@@ -35,14 +35,15 @@ RETURNED = ("sequence", "task_revision", "params", "max_attempts")
 
 # The execution columns a trigger sets, by parameter; every other column holds its default,
 # written into the statement's text (as are the creation event's constants). One instant is
-# the due, creation, update and event time, so a call binds eight values in all.
+# the creation, update and event time, another the due time (later for run_at or delay), so a
+# call binds nine values in all.
 FROM_CALLER = {
     "occurrence_id": "occurrence_id",
     "task_id": "task_id",
     "trigger_source": "trigger_source",
     "idempotency_key": "idempotency_key",
     "payload_hash": "payload_hash",
-    "due_at": "now",
+    "due_at": "due_at",
     "created_at": "now",
     "updated_at": "now",
 }
@@ -157,7 +158,7 @@ def insert_manual(execution: Execution, caller_params: dict[str, Any], reason: s
     """Insert ``execution`` (its task columns filled from the task row) and its creation event.
 
     ``execution`` is a new manual trigger: only its FROM_CALLER columns differ from the
-    defaults, and it is due, created and updated at ``now``. True and ``execution`` completed
+    defaults, and it is created and updated at ``now``. True and ``execution`` completed
     when inserted; False when nothing was written.
     """
     connection = binding.journal_connection()
@@ -194,6 +195,7 @@ def insert_manual_many(
         "task_id": task_id,
         "trigger_source": source,
         "now": now,
+        "due_at": now,
         "reason": reason[: journal.REASON_LENGTH],
         "occurrence_ids": [e.occurrence_id for e in planned],
         "keys": [e.idempotency_key for e in planned],
