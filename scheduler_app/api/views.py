@@ -300,7 +300,9 @@ class TaskViewSet(SchedulerViewSet):
     @document(
         request=TriggerSerializer,
         responses={
-            202: described(ExecutionSerializer, "A new execution, pending, due now or at run_at / after delay."),
+            202: described(
+                ExecutionSerializer, "A new execution, pending, due now or at run_at / after delay."
+            ),
             200: described(ExecutionSerializer, "The execution this idempotency key created before."),
             **_errors(400, 404, 415),
             409: described(
