@@ -334,3 +334,27 @@ def test_the_dashboard_counts_the_queue_now_and_what_ended_in_the_last_day(admin
         "interrupted": 0,
         "discarded": 0,
     }
+
+
+def test_run_at_asks_for_the_time_then_triggers_each_task_due_then(admin_client):
+    from scheduler_app.models import Execution
+
+    scheduler.register(definition("report"))
+    scheduler.register(definition("sweep"))
+    chosen = {"action": "run_at", "_selected_action": ["report", "sweep"], "index": "0"}
+    form = admin_client.post(TASKS, chosen)
+    assert form.status_code == 200 and b'name="run_at"' in form.content and not Execution.objects.exists()
+    wrong = admin_client.post(TASKS, {**chosen, "post": "yes", "run_at": "next tuesday"})
+    assert b"errorlist" in wrong.content and not Execution.objects.exists()
+    done = admin_client.post(
+        TASKS, {**chosen, "post": "yes", "run_at": "2031-05-01T10:00:00+02:00"}, follow=True
+    )
+    assert "Triggered 2 tasks, due 2031-05-01 08:00:00 UTC: report, sweep." in [
+        str(message) for message in done.context["messages"]
+    ]
+    rows = Execution.objects.order_by("task_id")
+    assert [(e.task_id, e.status, e.trigger_source) for e in rows] == [
+        ("report", "pending", "admin"),
+        ("sweep", "pending", "admin"),
+    ]
+    assert {e.due_at.isoformat() for e in rows} == {"2031-05-01T08:00:00+00:00"}

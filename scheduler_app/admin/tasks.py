@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from contextlib import suppress
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -77,6 +79,13 @@ def _both_zones(instant: datetime, zone_name: str) -> SafeString:
     return format_html("{}<br><small>{}</small>", f"{instant.astimezone(zone):%Y-%m-%d %H:%M %Z}", utc)
 
 
+class RunAtForm(forms.Form):
+    run_at = forms.DateTimeField(
+        label="Run at",
+        help_text="YYYY-MM-DD HH:MM[:SS], with an offset (+02:00) or in the site's time zone.",
+    )
+
+
 class TaskChangeList(ChangeList):
     """The task list, with each listed task's recent runs read in one go."""
 
@@ -100,7 +109,7 @@ class TaskAdmin(ObjectActions):
         "idempotent",
     )
     search_fields = ("id", "name", "description")
-    actions = ["run_now", "enable", "disable"]
+    actions = ["run_now", "run_at", "enable", "disable"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
         return task_health.annotate(super().get_queryset(request), timezone.now())
@@ -365,6 +374,59 @@ class TaskAdmin(ObjectActions):
             refused,
             messages.ERROR,
         )
+
+    @admin.action(description="Run selected tasks at a time...", permissions=["trigger"])
+    def run_at(self, request: HttpRequest, queryset: QuerySet[Task]) -> TemplateResponse | None:
+        form = RunAtForm(request.POST if request.POST.get("post") == "yes" else None)
+        if not form.is_valid():
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Run at a time",
+                "subtitle": None,
+                "opts": self.opts,
+                "tasks": list(queryset),
+                "form": form,
+                "action": "run_at",
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "zone": timezone.get_current_timezone_name(),
+            }
+            request.current_app = self.admin_site.name
+            return TemplateResponse(request, "admin/scheduler_app/task/run_at.html", context)
+        when = form.cleaned_data["run_at"]
+        done, refused = [], []
+        for task in queryset:
+            try:
+                execution = scheduler.trigger(task.id, source=actor(request), run_at=when)
+            except SchedulerError as exc:
+                refused.append(f"{task.id} ({exc.message})")
+                continue
+            self.log_change(
+                request, task, f"Run at {when.isoformat()}: execution {execution.occurrence_id} created."
+            )
+            done.append(task.id)
+        tell(
+            self,
+            request,
+            ngettext(
+                f"Triggered %(count)d task, due {when.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC: %(items)s.",
+                f"Triggered %(count)d tasks, due {when.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC: %(items)s.",
+                len(done),
+            ),
+            done,
+            messages.SUCCESS,
+        )
+        tell(
+            self,
+            request,
+            ngettext(
+                "Could not trigger %(count)d task: %(items)s.",
+                "Could not trigger %(count)d tasks: %(items)s.",
+                len(refused),
+            ),
+            refused,
+            messages.ERROR,
+        )
+        return None
 
     @admin.action(description="Enable selected tasks", permissions=["change"])
     def enable(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
