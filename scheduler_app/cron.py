@@ -21,9 +21,10 @@ Semantics:
   day matches if either matches; otherwise both must match.
 * An expression is fixed-time when neither its minute nor its hour field starts
   with ``*``. A fixed-time wall time that does not exist (spring-forward gap)
-  fires once at the transition instant, when the clock jumps 3 hours or less,
-  and is skipped when it jumps further (as Vixie cron and cronie catch up over
-  3 hours at most: Pacific/Apia skipped 30 December 2011 whole); an ambiguous
+  fires once at the transition instant when the clock jumps less than 3 hours,
+  and is skipped when it jumps further (Vixie cron and cronie catch up only
+  over jumps shorter than 3 hours: Pacific/Apia skipped 30 December 2011
+  whole); an ambiguous
   one (fall-back) fires once, on the first pass. A wildcard expression fires
   at every instant whose wall time matches: nothing inside a gap, both passes
   of a repeated hour.
@@ -92,7 +93,9 @@ _SPECIAL = re.compile(r"[LW#]", re.ASCII | re.IGNORECASE)
 _SEPARATORS = " \t"
 _MAX_WEEK_OF_MONTH = 5
 _MAX_DAYS_BEFORE_LAST = 30
-# The longest forward jump of the clock whose skipped fixed times still fire, at the jump.
+_CALENDAR_START = date(2000, 1, 1)
+_CALENDAR_END = date(2399, 12, 31)
+# A forward jump of the clock shorter than this fires the fixed times it skipped, at the jump.
 _CATCH_UP = timedelta(hours=3)
 MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -321,6 +324,10 @@ def _parse_text(cron: str) -> _Cron:
     # weekday over the years, so that is the only case to refuse.
     if not spec.either_day and not _some_month_has_a_day(spec):
         raise _cron_error(f"The cron expression {_echo(cron)} never fires: no selected month has those days.")
+    if spec.rules is not None and next(_days(spec, _CALENDAR_START, _CALENDAR_END), None) is None:
+        # L, W and # depend on where a day falls in its month: "0 0 */20 * 1#2" (the 1st or 21st,
+        # and the second Monday) never meets. The calendar repeats every 400 years.
+        raise _cron_error(f"The cron expression {_echo(cron)} never fires: no day matches both day fields.")
     return spec
 
 
@@ -671,8 +678,8 @@ def _fires(spec: _Cron, zone: ZoneInfo, low: datetime, high: datetime) -> Iterat
     while moment < high:
         start, previous, offset, end = _segment(zone, moment)
         end = min(end, high)
-        if spec.fixed and start is not None and start >= moment and previous < offset <= previous + _CATCH_UP:
-            # Wall times skipped by a gap of 3 hours at most fire once, at the transition itself.
+        if spec.fixed and start is not None and start >= moment and previous < offset < previous + _CATCH_UP:
+            # Wall times skipped by a gap shorter than 3 hours fire once, at the transition itself.
             gap = _walls(spec, _ceil_minute(start + previous), start + offset)
             if next(gap, None) is not None:
                 last = start

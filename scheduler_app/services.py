@@ -676,7 +676,7 @@ def _valid_triggers(batch: Any, source: Any) -> list[Trigger]:
 def _due_errors(run_at: Any, delay: Any) -> dict[str, list[str]]:
     """What is wrong with when a trigger asks to run: an aware instant, or seconds from now, not both."""
     errors: dict[str, list[str]] = {}
-    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
+    if run_at is not None and (not isinstance(run_at, datetime) or run_at.utcoffset() is None):
         errors["run_at"] = ["Must be a timezone-aware datetime."]
     if delay is not None and (
         not isinstance(delay, (int, float)) or isinstance(delay, bool) or not 0 <= delay <= MAX_DELAY_SECONDS

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduler_app import scheduler
-from scheduler_app.admin.task_health import RECENT_RUNS
+from scheduler_app.admin.task_health import HEALTHS, RECENT_RUNS
 from scheduler_app.models import ExecutionLog, Task
 from tests.factories import definition
 from tests.test_admin import make_execution
@@ -71,8 +71,10 @@ def test_each_task_shows_its_health_worst_first_and_the_list_filters_on_it(admin
         assert sorted(task.id for task in listed) == sorted(t for t, h in health.items() if h == wanted), (
             wanted
         )
-    ordered = admin_client.get(TASKS, {"o": "2"})  # the health column, ascending
-    assert [task.health for task in ordered.context["cl"].result_list] == sorted(health.values())
+    ordered = admin_client.get(TASKS, {"o": "2"})  # the health column: the worst first
+    assert [task.health for task in ordered.context["cl"].result_list] == sorted(
+        health.values(), key=HEALTHS.index
+    )
 
 
 def test_a_failed_attempt_waiting_for_its_retry_makes_the_task_failing_with_when(admin_client):
@@ -358,3 +360,40 @@ def test_run_at_asks_for_the_time_then_triggers_each_task_due_then(admin_client)
         ("sweep", "pending", "admin"),
     ]
     assert {e.due_at.isoformat() for e in rows} == {"2031-05-01T08:00:00+00:00"}
+
+
+def test_ids_with_underscores_reach_their_pages_and_history(admin_client):
+    from django.contrib.admin.utils import quote
+
+    scheduler.register(definition("nightly_report_24h"))
+    scheduler.update_task("nightly_report_24h", name="Renamed")
+    page = admin_client.get(reverse("admin:scheduler_app_task_change", args=[quote("nightly_report_24h")]))
+    history_url = reverse("admin:scheduler_app_task_history", args=[quote("nightly_report_24h")])
+    assert history_url in page.content.decode()
+    history = admin_client.get(history_url)
+    assert history.status_code == 200 and 'class="scheduler-changes"' in history.content.decode()
+    changes = admin_client.get(reverse("admin:scheduler_app_taskchange_changelist")).content.decode()
+    link = reverse("admin:scheduler_app_task_change", args=[quote("nightly_report_24h")])
+    assert link in changes and admin_client.get(link).status_code == 200
+
+
+def test_a_zone_the_zone_database_dropped_does_not_break_the_task_pages(admin_client):
+    scheduler.register(definition("report"))
+    Task.objects.filter(id="report").update(timezone="Gone/Zone")
+    assert admin_client.get(TASKS).status_code == 200
+    assert admin_client.get(reverse("admin:scheduler_app_task_change", args=["report"])).status_code == 200
+
+
+def test_an_action_button_needs_the_right_to_see_the_object_too():
+    from django.test import Client
+
+    from tests.test_admin import staff
+
+    scheduler.register(definition("report"))
+    blind = Client()
+    blind.force_login(staff("bo", "add_execution"))  # may trigger, may not see tasks
+    act = reverse("admin:scheduler_app_task_act", args=["report"])
+    assert blind.post(act, {"action": "run_now"}).status_code == 403
+    from scheduler_app.models import Execution
+
+    assert not Execution.objects.exists()

@@ -108,6 +108,9 @@ def fires(expression: str, zone: str, after: datetime, until: datetime) -> list[
         "1, * * * *",
         "? * * * *",
         "0 0 * ? *",
+        "0 0 */20 * 1#2",
+        "0 0 */31 * 5L",
+        "0 0 1W * */6",
         "0 0 * * fri-mon",
         "0 0 * * monday",
         "0 0 * january *",
@@ -577,12 +580,12 @@ def instant_of_wall(wall: datetime, zone: ZoneInfo) -> datetime | None:
     if wall_of(candidate, zone) == wall:
         return candidate  # exists; fold=0 is the first pass when ambiguous
     # In a gap: the first instant whose wall time is at or after this wall time, when the clock
-    # jumped 3 hours or less; a longer jump skips it (Vixie cron's catch-up limit).
+    # jumped less than 3 hours; a longer jump skips it (Vixie cron's catch-up limit).
     moment = candidate - timedelta(hours=30)
     while wall_of(moment, zone) < wall:
         moment += MINUTE
     jump = wall_of(moment, zone) - wall_of(moment - MINUTE, zone) - MINUTE
-    return moment if jump <= timedelta(hours=3) else None
+    return moment if jump < timedelta(hours=3) else None
 
 
 def oracle(expr: Expr, key: str, after: datetime, window: timedelta) -> list[datetime]:

@@ -10,9 +10,9 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from scheduler_app.admin import display
 from scheduler_app.admin.common import ReadOnlyAdmin
 from scheduler_app.models import Task, TaskChange
 
@@ -24,11 +24,12 @@ def shown(value: Any) -> str:
     return ABSENT if value is None else json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-def table(changes: list[TaskChange], *, with_task: bool = False) -> SafeString:
+def table(changes: list[TaskChange]) -> SafeString:
     """Changes as one table: when, what, who, and each field old -> new."""
     rows = [
         {
             "change": change,
+            "at": display.instant(change.at),
             "url": reverse("admin:scheduler_app_taskchange_change", args=[change.pk]),
             "fields": [
                 {
@@ -43,9 +44,7 @@ def table(changes: list[TaskChange], *, with_task: bool = False) -> SafeString:
         }
         for change in changes
     ]
-    return render_to_string(
-        "admin/scheduler_app/taskchange/table.html", {"rows": rows, "with_task": with_task}
-    )
+    return render_to_string("admin/scheduler_app/taskchange/table.html", {"rows": rows})
 
 
 @admin.register(TaskChange)
@@ -62,15 +61,14 @@ class TaskChangeAdmin(ReadOnlyAdmin):
         return changes.annotate(task_exists=Exists(Task.objects.filter(id=OuterRef("task_id"))))
 
     @admin.display(description="at", ordering="id")
-    def when(self, change: TaskChange) -> str:
-        return f"{change.at:%Y-%m-%d %H:%M:%S}"
+    def when(self, change: TaskChange) -> SafeString | str:
+        return display.instant(change.at)
 
     @admin.display(description="task", ordering="task_id")
     def task(self, change: TaskChange) -> SafeString | str:
         if getattr(change, "task_exists", False):
-            url = reverse("admin:scheduler_app_task_change", args=[change.task_id])
-            return format_html('<a href="{}">{}</a>', url, change.task_id)
-        return format_html("{} <small>(deleted)</small>", change.task_id)
+            return display.task_link(change.task_id)
+        return display.task_link(change.task_id, exists=False)
 
     @admin.display(description="fields")
     def fields_changed(self, change: TaskChange) -> str:

@@ -188,6 +188,8 @@ class ObjectActions(SchedulerAdmin):
         obj = self.get_object(request, unquote(object_id))
         if obj is None:
             raise Http404("No such object.")
+        if not self.has_view_or_change_permission(request, obj):
+            raise PermissionDenied
         chosen = str(request.POST.get("action", ""))
         found = self.get_actions(request).get(chosen)
         if found is None or chosen not in self.object_actions(request, obj):

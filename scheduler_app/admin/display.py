@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -70,7 +71,7 @@ def task_link(task_id: str, exists: bool = True) -> SafeString:
     if not exists:
         return format_html("{} <small>(deleted)</small>", task_id)
     return format_html(
-        '<a href="{}">{}</a>', reverse("admin:scheduler_app_task_change", args=[task_id]), task_id
+        '<a href="{}">{}</a>', reverse("admin:scheduler_app_task_change", args=[quote(task_id)]), task_id
     )
 
 
@@ -78,9 +79,3 @@ def runner_link(node_id: str) -> SafeString | str:
     if not node_id:
         return NONE
     return format_html('<a href="{}">{}</a>', changelist("runner", q=node_id), node_id)
-
-
-def execution_link(sequence: int, text: str) -> SafeString:
-    return format_html(
-        '<a href="{}">{}</a>', reverse("admin:scheduler_app_execution_change", args=[sequence]), text
-    )

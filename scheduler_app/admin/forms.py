@@ -110,7 +110,7 @@ class TaskForm(forms.ModelForm):
         }
         labels = {"retry_max_attempts": "Retry: max attempts", "retry_backoff": "Retry: backoff (seconds)"}
         help_texts = {
-            "cron": "Five fields: minute hour day-of-month month day-of-week.",
+            "cron": "Five fields: minute hour day-of-month month day-of-week; or a macro such as @daily.",
             "retry_backoff": 'A JSON list of seconds to wait before attempt 2, 3, ..., e.g. "[10, 60]".',
             "params": "A JSON object passed to the handler.",
             "misfire_grace_seconds": "Empty uses the MISFIRE_GRACE_SECONDS setting.",

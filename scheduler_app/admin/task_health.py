@@ -73,7 +73,9 @@ def annotate(tasks: QuerySet[Task], now: Any) -> QuerySet[Task]:
             When(enabled=False, then=Value("disabled")),
             When(has_running=True, then=Value("running")),
             default=Value("ok"),
-        )
+        ),
+        # Sorting by health puts the worst first, not the names in alphabetical order.
+        health_rank=Case(*(When(health=name, then=Value(rank)) for rank, name in enumerate(HEALTHS))),
     )
 
 

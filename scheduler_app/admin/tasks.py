@@ -7,11 +7,12 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -22,6 +23,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.text import capfirst
 from django.utils.translation import ngettext
 
 from scheduler_app.admin import display, task_health
@@ -66,7 +68,7 @@ class LastOutcomeFilter(admin.SimpleListFilter):
 def _zone(name: str) -> ZoneInfo | None:
     try:
         return ZoneInfo(name or "UTC")
-    except (ValueError, OSError):
+    except (ValueError, OSError, ZoneInfoNotFoundError):  # a zone a tzdata update dropped
         return None
 
 
@@ -201,7 +203,7 @@ class TaskAdmin(ObjectActions):
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         """The task's audit trail (Django's own history lists only admin edits)."""
-        task = self.get_object(request, object_id)
+        task = self.get_object(request, unquote(object_id))
         if task is None:
             # Django's answer for a missing object: back to the list, with a message.
             return super().history_view(request, object_id, extra_context)
@@ -212,6 +214,7 @@ class TaskAdmin(ObjectActions):
             **self.admin_site.each_context(request),
             "title": f"Changes of {task.id}",
             "subtitle": None,
+            "module_name": capfirst(self.opts.verbose_name_plural),
             "opts": self.opts,
             "object": task,
             "changes": changes_table(changes[:HISTORY_SHOWN]),
@@ -274,7 +277,7 @@ class TaskAdmin(ObjectActions):
             return "-"
         return _both_zones(task.next_run_at, task.timezone)
 
-    @admin.display(description="health", ordering="health")
+    @admin.display(description="health", ordering="health_rank")
     def health(self, task: Task) -> SafeString:
         return task_health.badge(str(getattr(task, "health", "ok")))
 
@@ -326,7 +329,7 @@ class TaskAdmin(ObjectActions):
         if task is None or not task.pk:
             return "-"
         changes = list(TaskChange.objects.filter(task_id=task.id).order_by("-id")[:RECENT_CHANGES])
-        url = reverse("admin:scheduler_app_task_history", args=[task.pk])
+        url = reverse("admin:scheduler_app_task_history", args=[quote(task.pk)])
         return format_html('{}<p><a href="{}">Every change</a></p>', changes_table(changes), url)
 
     @admin.display(description="handler")

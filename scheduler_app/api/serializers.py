@@ -27,7 +27,7 @@ from scheduler_app.models import (
     TaskChange,
     TriggerType,
 )
-from scheduler_app.services import MAX_PAGE_SIZE
+from scheduler_app.services import DEFAULT_NEXT_RUNS, MAX_DELAY_SECONDS, MAX_NEXT_RUNS, MAX_PAGE_SIZE
 from scheduler_app.values import short_text
 
 MAX_PAGE = 1_000_000
@@ -90,7 +90,9 @@ class TaskSerializer(PassThroughSerializer):
     id = serializers.CharField(max_length=128, help_text="Letters, digits, hyphens and underscores.")
     name = serializers.CharField(max_length=definitions.MAX_NAME_LENGTH, required=False, allow_blank=True)
     description = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
-    cron = serializers.CharField(max_length=definitions.MAX_CRON_LENGTH, help_text="Five cron fields.")
+    cron = serializers.CharField(
+        max_length=definitions.MAX_CRON_LENGTH, help_text="Five cron fields, or a macro such as @daily."
+    )
     timezone = serializers.CharField(
         max_length=64, required=False, allow_blank=True, allow_null=True, help_text="IANA name; empty is UTC."
     )
@@ -169,7 +171,7 @@ class TriggerSerializer(PassThroughSerializer):
         required=False,
         allow_null=True,
         min_value=0,
-        max_value=366 * 86400,
+        max_value=MAX_DELAY_SECONDS,
         help_text="Run it this many seconds from now. Not with run_at.",
     )
 
@@ -291,7 +293,9 @@ class TaskChangeSerializer(serializers.ModelSerializer):
 
 
 class NextRunsQuerySerializer(serializers.Serializer):
-    n = serializers.IntegerField(min_value=1, max_value=100, default=10, help_text="How many fire times.")
+    n = serializers.IntegerField(
+        min_value=1, max_value=MAX_NEXT_RUNS, default=DEFAULT_NEXT_RUNS, help_text="How many fire times."
+    )
 
 
 class FireTimeSerializer(serializers.Serializer):
