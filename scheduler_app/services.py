@@ -64,7 +64,7 @@ logger = logging.getLogger("scheduler_app")
 
 MAX_PAGE_SIZE = 500
 DEFAULT_NEXT_RUNS = 10
-# The furthest a trigger may be put off: a year.
+# The furthest a trigger may be put off (delay, or run_at from now): a year.
 MAX_DELAY_SECONDS = 366 * 86400
 MAX_NEXT_RUNS = 100
 # The most triggers one trigger_many() call takes.
@@ -678,6 +678,8 @@ def _due_errors(run_at: Any, delay: Any) -> dict[str, list[str]]:
     errors: dict[str, list[str]] = {}
     if run_at is not None and (not isinstance(run_at, datetime) or run_at.utcoffset() is None):
         errors["run_at"] = ["Must be a timezone-aware datetime."]
+    elif run_at is not None and run_at > timezone.now() + timedelta(seconds=MAX_DELAY_SECONDS):
+        errors["run_at"] = ["Must be at most 366 days from now."]
     if delay is not None and (
         not isinstance(delay, (int, float)) or isinstance(delay, bool) or not 0 <= delay <= MAX_DELAY_SECONDS
     ):

@@ -54,6 +54,7 @@ def test_the_same_key_returns_the_first_execution_and_its_due_time():
         ({"run_at": "2027-01-01T00:00:00Z"}, "run_at"),
         ({"delay": -1}, "delay"),
         ({"delay": 400 * 86400}, "delay"),
+        ({"run_at": datetime(2099, 1, 1, tzinfo=UTC)}, "run_at"),
         ({"delay": True}, "delay"),
         ({"delay": 5, "run_at": datetime(2027, 1, 1, tzinfo=UTC)}, "run_at"),
     ],
@@ -82,15 +83,16 @@ def test_rest_triggers_take_run_at_and_delay():
     user.user_permissions.set(Permission.objects.filter(codename="add_execution"))
     client = APIClient()
     client.force_login(User.objects.get(pk=user.pk))
+    day = (datetime.now(UTC) + timedelta(days=40)).date()
     response = client.post(
-        "/api/scheduler/tasks/report/trigger/", {"run_at": "2031-05-01T10:00:00+02:00"}, format="json"
+        "/api/scheduler/tasks/report/trigger/", {"run_at": f"{day}T10:00:00+02:00"}, format="json"
     )
     assert response.status_code == 202, response.content
-    assert response.json()["due_at"] == "2031-05-01T08:00:00Z"
+    assert response.json()["due_at"] == f"{day}T08:00:00Z"
     response = client.post("/api/scheduler/tasks/report/trigger/", {"delay": 30}, format="json")
     assert response.status_code == 202
     refused = client.post(
-        "/api/scheduler/tasks/report/trigger/", {"delay": 30, "run_at": "2031-05-01T10:00:00Z"}, format="json"
+        "/api/scheduler/tasks/report/trigger/", {"delay": 30, "run_at": f"{day}T10:00:00Z"}, format="json"
     )
     assert refused.status_code == 400 and "run_at" in refused.json()["fields"]
     assert (
