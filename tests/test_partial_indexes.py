@@ -57,36 +57,41 @@ def test_no_database_warns_that_a_condition_is_ignored():
     assert [m.id for m in checks.run_checks(databases=["default"]) if m.id == "models.W037"] == []
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="partial indexes are PostgreSQL's")
-def test_the_probe_reads_the_queue_indexes_under_a_generic_plan(clock):
-    """The idle tick's one statement names its statuses as literals: prepared, with the plan PostgreSQL
-    keeps for every later call, it still reads one end of each partial index (no scan of the history)."""
-    import json
-
+def fill_history(now, rows: int, pending: int = 0) -> None:
+    """``rows`` executions of one task, the first ``pending`` of them pending, the rest ended."""
     scheduler.register(definition("history", cron="0 0 1 1 *"))
-    now = clock.now()
     Execution.objects.bulk_create(
         Execution(
             occurrence_id=uuid.uuid4(),
             task_id="history",
             task_revision=1,
             trigger_type="manual",
-            status=Status.SUCCESS if n else Status.PENDING,
+            status=Status.PENDING if n < pending else Status.SUCCESS,
             due_at=now - timedelta(seconds=n),
             params={},
             max_attempts=1,
             created_at=now,
             updated_at=now,
         )
-        for n in range(5000)
+        for n in range(rows)
     )
-    sql, params = db.probe_statement(connection)
+
+
+def generic_plan(sql: str, types: str, params: list) -> list[dict]:
+    """Every node of the plan PostgreSQL keeps for a prepared statement (a generic plan), after ANALYZE."""
+    import json
+
+    numbered = sql
+    for number in range(1, types.count(",") + 2):
+        numbered = numbered.replace("%s", f"${number}", 1)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
         cursor.execute("SET plan_cache_mode = force_generic_plan")
         try:
-            cursor.execute("PREPARE probe(boolean) AS " + sql.replace("%s", "$1"))
-            cursor.execute("EXPLAIN (FORMAT JSON) EXECUTE probe(%s)", params)
+            cursor.execute(f"PREPARE planned({types}) AS {numbered}")
+            cursor.execute(
+                f"EXPLAIN (FORMAT JSON) EXECUTE planned({', '.join(['%s'] * len(params))})", params
+            )
             plan = cursor.fetchone()[0]
         finally:
             cursor.execute("DEALLOCATE ALL")
@@ -96,7 +101,17 @@ def test_the_probe_reads_the_queue_indexes_under_a_generic_plan(clock):
     def nodes(node):
         return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
 
-    on_journal = [n for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "scheduler_app_execution"]
+    return nodes(plan[0]["Plan"])
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="partial indexes are PostgreSQL's")
+def test_the_probe_reads_the_queue_indexes_under_a_generic_plan(clock):
+    """The idle tick's one statement names its statuses as literals: prepared, with the plan PostgreSQL
+    keeps for every later call, it still reads one end of each partial index (no scan of the history)."""
+    fill_history(clock.now(), 5000, pending=1)
+    sql, params = db.probe_statement(connection)
+    plan = generic_plan(sql, "boolean", list(params))
+    on_journal = [n for n in plan if n.get("Relation Name") == "scheduler_app_execution"]
     assert len(on_journal) == 3
     assert sorted(n.get("Index Name") for n in on_journal) == [
         "scheduler_execution_due",
@@ -110,46 +125,12 @@ def test_the_claim_counts_busy_tasks_without_reading_the_history(clock):
     """The claim skips tasks at their max_concurrency: it counts occupying rows through the leased
     and unknown partial indexes, never through the task index's entry of every ended row (with
     millions of ended rows that read made W1 14 times slower, bench/scale.py)."""
-    import json
-
     from scheduler_app.postgres.claims import candidates_sql
 
-    scheduler.register(definition("history", cron="0 0 1 1 *"))
     now = clock.now()
-    Execution.objects.bulk_create(
-        Execution(
-            occurrence_id=uuid.uuid4(),
-            task_id="history",
-            task_revision=1,
-            trigger_type="manual",
-            status=Status.SUCCESS,
-            due_at=now - timedelta(seconds=n),
-            params={},
-            max_attempts=1,
-            created_at=now,
-            updated_at=now,
-        )
-        for n in range(20000)
-    )
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
-        cursor.execute("SET plan_cache_mode = force_generic_plan")
-        try:
-            cursor.execute(
-                "PREPARE take(timestamptz, integer) AS "
-                + candidates_sql().replace("%s", "$1", 1).replace("%s", "$2", 1)
-            )
-            cursor.execute("EXPLAIN (FORMAT JSON) EXECUTE take(%s, %s)", [now, 32])
-            plan = cursor.fetchone()[0]
-        finally:
-            cursor.execute("DEALLOCATE ALL")
-            cursor.execute("RESET plan_cache_mode")
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-
-    def nodes(node):
-        return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
-
-    read = {(n["Node Type"], n.get("Index Name")) for n in nodes(plan[0]["Plan"])}
+    fill_history(now, 20000)
+    plan = generic_plan(candidates_sql(), "timestamptz, integer", [now, 32])
+    read = {(n["Node Type"], n.get("Index Name")) for n in plan}
     assert {name for _, name in read if name} <= {
         "scheduler_execution_due",
         "scheduler_execution_lease",
@@ -158,6 +139,6 @@ def test_the_claim_counts_busy_tasks_without_reading_the_history(clock):
     }, read
     assert not [
         n
-        for n in nodes(plan[0]["Plan"])
+        for n in plan
         if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "scheduler_app_execution"
     ]

@@ -346,78 +346,54 @@ class TaskAdmin(ObjectActions):
 
     @admin.action(description="Run selected tasks now", permissions=["trigger"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
-        done, refused = [], []
-        for task in queryset:
-            try:
-                execution = scheduler.trigger(task.id, source=actor(request))
-            except SchedulerError as exc:
-                refused.append(f"{task.id} ({exc.message})")
-                continue
-            self.log_change(request, task, f"Run now: execution {execution.occurrence_id} created.")
-            done.append(task.id)
-        tell(
-            self,
-            request,
-            ngettext(
-                "Triggered %(count)d task; its execution is pending: %(items)s.",
-                "Triggered %(count)d tasks; their executions are pending: %(items)s.",
-                len(done),
-            ),
-            done,
-            messages.SUCCESS,
-        )
-        tell(
-            self,
-            request,
-            ngettext(
-                "Could not trigger %(count)d task: %(items)s.",
-                "Could not trigger %(count)d tasks: %(items)s.",
-                len(refused),
-            ),
-            refused,
-            messages.ERROR,
-        )
+        self._trigger_each(request, queryset, None)
 
     @admin.action(description="Run selected tasks at a time...", permissions=["trigger"])
     def run_at(self, request: HttpRequest, queryset: QuerySet[Task]) -> TemplateResponse | None:
         form = RunAtForm(request.POST if request.POST.get("post") == "yes" else None)
-        if not form.is_valid():
-            context = {
-                **self.admin_site.each_context(request),
-                "title": "Run at a time",
-                "subtitle": None,
-                "opts": self.opts,
-                "tasks": list(queryset),
-                "form": form,
-                "action": "run_at",
-                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-                "zone": timezone.get_current_timezone_name(),
-            }
-            request.current_app = self.admin_site.name
-            return TemplateResponse(request, "admin/scheduler_app/task/run_at.html", context)
-        when = form.cleaned_data["run_at"]
+        if form.is_valid():
+            self._trigger_each(request, queryset, form.cleaned_data["run_at"])
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Run at a time",
+            "subtitle": None,
+            "opts": self.opts,
+            "tasks": list(queryset),
+            "form": form,
+            "action": "run_at",
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "zone": timezone.get_current_timezone_name(),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/scheduler_app/task/run_at.html", context)
+
+    def _trigger_each(self, request: HttpRequest, queryset: QuerySet[Task], run_at: datetime | None) -> None:
+        """A manual execution of each task, due now or at ``run_at``, and one message per outcome."""
         done, refused = [], []
         for task in queryset:
             try:
-                execution = scheduler.trigger(task.id, source=actor(request), run_at=when)
+                execution = scheduler.trigger(task.id, source=actor(request), run_at=run_at)
             except SchedulerError as exc:
                 refused.append(f"{task.id} ({exc.message})")
                 continue
-            self.log_change(
-                request, task, f"Run at {when.isoformat()}: execution {execution.occurrence_id} created."
-            )
+            when = "Run now" if run_at is None else f"Run at {run_at.isoformat()}"
+            self.log_change(request, task, f"{when}: execution {execution.occurrence_id} created.")
             done.append(task.id)
-        tell(
-            self,
-            request,
-            ngettext(
-                f"Triggered %(count)d task, due {when.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC: %(items)s.",
-                f"Triggered %(count)d tasks, due {when.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC: %(items)s.",
+        if run_at is None:
+            triggered = ngettext(
+                "Triggered %(count)d task; its execution is pending: %(items)s.",
+                "Triggered %(count)d tasks; their executions are pending: %(items)s.",
                 len(done),
-            ),
-            done,
-            messages.SUCCESS,
-        )
+            )
+        else:
+            triggered = ngettext(
+                "Triggered %(count)d task, due %(due)s: %(items)s.",
+                "Triggered %(count)d tasks, due %(due)s: %(items)s.",
+                len(done),
+            )
+        due = f"{run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if run_at is not None else ""
+        tell(self, request, triggered, done, messages.SUCCESS, due=due)
         tell(
             self,
             request,
@@ -429,7 +405,6 @@ class TaskAdmin(ObjectActions):
             refused,
             messages.ERROR,
         )
-        return None
 
     @admin.action(description="Enable selected tasks", permissions=["change"])
     def enable(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
