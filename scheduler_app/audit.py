@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import UTC, datetime
 from typing import Any
 
 from django.utils import timezone
@@ -74,4 +75,6 @@ def _shown(field: str, state: dict[str, Any] | None) -> Any:
     if state is None:
         return None
     value = state[field]
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     return registry.masked(value) if field == "handler" else value

@@ -58,6 +58,7 @@ __all__ = [
     "matches",
     "next_fire_time",
     "validate",
+    "validate_timezone",
 ]
 
 _ECHO_LIMIT = 100
@@ -197,6 +198,11 @@ def validate(cron: str, timezone: str) -> None:
     if errors:
         message = " ".join(message for messages in errors.values() for message in messages)
         raise InvalidCron(message, errors=errors)
+
+
+def validate_timezone(timezone: str) -> None:
+    """Raise InvalidCron unless ``timezone`` is a known IANA zone (empty is UTC)."""
+    _zone(timezone)
 
 
 def is_fixed_time(cron: str) -> bool:

@@ -9,15 +9,23 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import UTC, datetime
 from typing import Any
 
-from scheduler_app import cron
+from scheduler_app import cron, schedule
 from scheduler_app.exceptions import InvalidCron, InvalidDefinition
 from scheduler_app.values import is_int, short_text
 
 # \Z, not $: "$" also matches before a final newline.
 ID_PATTERN = re.compile(r"^[-a-zA-Z0-9_]{1,128}\Z")
 OVERLAP_CHOICES = ("skip", "buffer_one")
+MISFIRE_POLICIES = ("coalesce", "run_all")
+# The most a task's occurrences may be shifted, whatever its interval: a week.
+MAX_JITTER_SECONDS = 7 * 86400
+# Instants a task may name (run_at, starts_at, ends_at).
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+INSTANTS = ("run_at", "starts_at", "ends_at")
 MAX_ATTEMPTS = 100
 MAX_NAME_LENGTH = 200
 MAX_CRON_LENGTH = 200
@@ -31,7 +39,11 @@ FIELDS = (
     "name",
     "description",
     "cron",
+    "run_at",
     "timezone",
+    "starts_at",
+    "ends_at",
+    "jitter_seconds",
     "enabled",
     "delete_after_run",
     "idempotent",
@@ -41,6 +53,7 @@ FIELDS = (
     "max_concurrency",
     "overlap",
     "misfire_grace_seconds",
+    "misfire_policy",
 )
 UPDATABLE = frozenset(FIELDS) - {"id"}
 # The Task fields a definition sets: "retry" is stored as two columns.
@@ -50,7 +63,7 @@ MODEL_FIELDS = tuple(
     if field != "id"
     for column in (("retry_max_attempts", "retry_backoff") if field == "retry" else (field,))
 )
-CLEARABLE = frozenset({"retry", "handler", "timezone"})
+CLEARABLE = frozenset({"retry", "handler", "timezone", "cron", *INSTANTS})
 
 Errors = dict[str, list[str]]
 
@@ -208,7 +221,7 @@ def validate_fields(data: dict[str, Any], errors: Errors) -> dict[str, Any]:
             _check_text(errors, field, data[field], limit)
             values[field] = data[field]
     if "cron" in data or "timezone" in data:
-        expression = data.get("cron", "")
+        expression = data.get("cron") or ""
         zone = data.get("timezone") or ""
         if not isinstance(expression, str):
             errors.setdefault("cron", []).append("Must be a string of 5 fields.")
@@ -216,9 +229,10 @@ def validate_fields(data: dict[str, Any], errors: Errors) -> dict[str, Any]:
             errors.setdefault("cron", []).append(f"At most {MAX_CRON_LENGTH} characters.")
         elif not isinstance(zone, str):
             errors.setdefault("timezone", []).append("Must be an IANA timezone name.")
-        elif "cron" in data:
+        else:
             try:
-                cron.validate(expression, zone)
+                # An empty expression is a one-shot task's (run_at): only its zone is checked.
+                cron.validate(expression, zone) if expression.strip() else cron.validate_timezone(zone)
             except InvalidCron as exc:
                 for field, messages in exc.errors.items():
                     errors.setdefault(field, []).extend(messages)
@@ -226,6 +240,20 @@ def validate_fields(data: dict[str, Any], errors: Errors) -> dict[str, Any]:
             values["cron"] = " ".join(expression.split()) if isinstance(expression, str) else expression
         if "timezone" in data:
             values["timezone"] = zone
+    for field in INSTANTS:
+        if field in data:
+            values[field] = _instant(errors, field, data[field])
+    if "jitter_seconds" in data:
+        value = data["jitter_seconds"]
+        if not is_int(value) or not 0 <= value <= MAX_JITTER_SECONDS:
+            errors.setdefault("jitter_seconds", []).append(
+                f"Must be an integer number of seconds from 0 to {MAX_JITTER_SECONDS}."
+            )
+        values["jitter_seconds"] = value
+    if "misfire_policy" in data:
+        if data["misfire_policy"] not in MISFIRE_POLICIES:
+            errors.setdefault("misfire_policy", []).append(f"Must be one of: {', '.join(MISFIRE_POLICIES)}.")
+        values["misfire_policy"] = data["misfire_policy"]
     for field in ("enabled", "delete_after_run", "idempotent"):
         if field in data:
             _check_bool(errors, field, data[field])
@@ -259,6 +287,49 @@ def validate_fields(data: dict[str, Any], errors: Errors) -> dict[str, Any]:
     return values
 
 
+def _instant(errors: Errors, field: str, value: Any) -> datetime | None:
+    """A timezone-aware instant, given as a datetime or as ISO 8601 text with an offset; in UTC."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            errors.setdefault(field, []).append("Must be an ISO 8601 date and time with an offset.")
+            return None
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        errors.setdefault(field, []).append("Must be a timezone-aware date and time.")
+        return None
+    if not EARLIEST <= value < LATEST:
+        errors.setdefault(field, []).append("Must be between the years 2000 and 9000.")
+        return None
+    return value.astimezone(UTC)
+
+
+def check_schedule(task: dict[str, Any], errors: Errors, now: datetime) -> None:
+    """Check how the fields of a whole task (model field values) fit together: a cron expression or
+    a run_at, not both; a window that is not empty; a jitter shorter than the shortest interval."""
+    if errors.keys() & {"cron", "timezone", *INSTANTS, "jitter_seconds"}:
+        return
+    expression, run_at = task.get("cron") or "", task.get("run_at")
+    if expression and run_at is not None:
+        errors.setdefault("run_at", []).append("Give cron or run_at, not both.")
+        return
+    if not expression and run_at is None:
+        errors.setdefault("cron", []).append("A cron expression, or a run_at for a one-shot task, is required.")
+        return
+    starts_at, ends_at = task.get("starts_at"), task.get("ends_at")
+    if starts_at is not None and ends_at is not None and ends_at <= starts_at:
+        errors.setdefault("ends_at", []).append("Must be after starts_at.")
+    jitter = task.get("jitter_seconds") or 0
+    if jitter and expression:
+        interval = schedule.shortest_interval(expression, task.get("timezone") or "", now)
+        if interval is not None and jitter >= interval.total_seconds():
+            errors.setdefault("jitter_seconds", []).append(
+                f"Must be shorter than the shortest interval between fire times ({interval.total_seconds():g} s)."
+            )
+
+
 def validate_definition(data: Any) -> dict[str, Any]:
     """Validate a whole definition; return the model field values or raise InvalidDefinition."""
     if not isinstance(data, dict):
@@ -268,10 +339,10 @@ def validate_definition(data: Any) -> dict[str, Any]:
     unknown = sorted(str(key) for key in data if key not in FIELDS)
     if unknown:
         errors[""] = [f"Unknown fields: {', '.join(short_text(k) for k in unknown)}."]
-    for required in ("id", "cron"):
-        if required not in data:
-            errors.setdefault(required, []).append("This field is required.")
+    if "id" not in data:
+        errors.setdefault("id", []).append("This field is required.")
     values = validate_fields(data, errors)
+    check_schedule(values, errors, datetime.now(UTC))
     raise_if_errors(errors)
     values.setdefault("name", values["id"])
     return values

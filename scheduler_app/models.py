@@ -18,6 +18,11 @@ class Overlap(models.TextChoices):
     BUFFER_ONE = "buffer_one", "Keep one waiting"
 
 
+class MisfirePolicy(models.TextChoices):
+    COALESCE = "coalesce", "Run the latest missed fire time once"
+    RUN_ALL = "run_all", "Run every missed fire time within the grace"
+
+
 class DeclaredIn(models.TextChoices):
     NOWHERE = "", "Not declared (register(), the admin or the API)"
     SETTINGS = "settings", "SCHEDULER_APP['TASKS']"
@@ -38,8 +43,12 @@ class Task(models.Model):
     id = models.CharField(primary_key=True, max_length=128)
     name = models.CharField(max_length=200, blank=True)
     description = models.TextField(blank=True)
-    cron = models.CharField(max_length=200)
+    cron = models.CharField(max_length=200, blank=True, help_text="Empty for a one-shot task (run_at).")
+    run_at = models.DateTimeField(null=True, blank=True, help_text="The one instant a one-shot task fires.")
     timezone = models.CharField(max_length=64, blank=True, help_text="IANA name; empty means UTC.")
+    starts_at = models.DateTimeField(null=True, blank=True, help_text="No fire time before this instant.")
+    ends_at = models.DateTimeField(null=True, blank=True, help_text="No fire time at or after this instant.")
+    jitter_seconds = models.PositiveIntegerField(default=0)
     enabled = models.BooleanField(default=True)
     delete_after_run = models.BooleanField(default=False)
     idempotent = models.BooleanField(default=False)
@@ -50,6 +59,9 @@ class Task(models.Model):
     max_concurrency = models.PositiveIntegerField(default=1)
     overlap = models.CharField(max_length=16, choices=Overlap.choices, default=Overlap.SKIP)
     misfire_grace_seconds = models.PositiveIntegerField(null=True, blank=True)
+    misfire_policy = models.CharField(
+        max_length=16, choices=MisfirePolicy.choices, default=MisfirePolicy.COALESCE
+    )
     # Where the definition lives when it is declared in code: refresh_tasks() owns those fields.
     declared_in = models.CharField(max_length=16, choices=DeclaredIn.choices, default="", blank=True)
     disabled_reason = models.CharField(max_length=200, blank=True)
@@ -74,7 +86,11 @@ class Task(models.Model):
             "name": self.name,
             "description": self.description,
             "cron": self.cron,
+            "run_at": self.run_at,
             "timezone": self.timezone,
+            "starts_at": self.starts_at,
+            "ends_at": self.ends_at,
+            "jitter_seconds": self.jitter_seconds,
             "enabled": self.enabled,
             "delete_after_run": self.delete_after_run,
             "idempotent": self.idempotent,
@@ -84,6 +100,7 @@ class Task(models.Model):
             "max_concurrency": self.max_concurrency,
             "overlap": self.overlap,
             "misfire_grace_seconds": self.misfire_grace_seconds,
+            "misfire_policy": self.misfire_policy,
         }
 
     def backoff_before(self, attempt: int) -> float:
@@ -170,6 +187,12 @@ def scheduled_occurrence_id(task_id: str, scheduled_for: datetime) -> uuid.UUID:
     return uuid.uuid5(OCCURRENCE_NAMESPACE, f"{task_id}|{scheduled_for:%Y-%m-%dT%H:%MZ}")
 
 
+def missed_occurrence_id(task_id: str, first: datetime) -> uuid.UUID:
+    """The record of fire times skipped by a misfire: an id of its own, so that each skipped fire
+    time's own id stays free for a backfill."""
+    return uuid.uuid5(OCCURRENCE_NAMESPACE, f"{task_id}|missed|{first:%Y-%m-%dT%H:%MZ}")
+
+
 def manual_occurrence_id(task_id: str, idempotency_key: str | None) -> uuid.UUID:
     if idempotency_key is None:
         return uuid.uuid4()
@@ -217,6 +240,9 @@ class Execution(models.Model):
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     payload_hash = models.CharField(max_length=64, blank=True)
     scheduled_for = models.DateTimeField(null=True, blank=True)
+    # The fire times this occurrence stands for besides scheduled_for: merged into its run, or
+    # skipped by a misfire ({"count", "first", "last", "listed"}).
+    missed_fire_times = models.JSONField(null=True, blank=True)
     due_at = models.DateTimeField()
     params = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)

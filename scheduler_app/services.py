@@ -27,6 +27,7 @@ from scheduler_app import (
     journal,
     listing,
     logs,
+    schedule,
     wakeup,
 )
 from scheduler_app.conf import scheduler_settings
@@ -253,6 +254,7 @@ class Scheduler:
             values = definitions.validate_changes(data)
             if "cron" in changes and "timezone" not in changes:
                 definitions.raise_if_errors(_cron_errors(values["cron"], task.timezone))
+            values = _one_schedule(task, changes, values)
             _refuse_declared(task, values)
             _apply(task, _with_reason(task, values), ChangeAction.UPDATE)
         return task
@@ -300,15 +302,20 @@ class Scheduler:
                 "The query is invalid.", errors={"n": [f"Must be an integer from 1 to {MAX_NEXT_RUNS}."]}
             )
         with storage_errors():
-            task = Task.objects.filter(id=_task_id(task_id)).only("cron", "timezone").first()
+            task = (
+                Task.objects.filter(id=_task_id(task_id))
+                .only("cron", "run_at", "timezone", "starts_at", "ends_at", "jitter_seconds")
+                .first()
+            )
         if task is None:
             raise TaskNotFound()
         times: builtins.list[datetime] = []
-        after = timezone.now()
+        after: datetime | None = timezone.now()
         with suppress(ValueError):  # InvalidCron is a ValueError too
-            for _ in range(n):
-                after = cron.next_fire_time(task.cron, task.timezone, after)
-                times.append(after)
+            while after is not None and len(times) < n:
+                after = schedule.next_fire(task, after)
+                if after is not None:
+                    times.append(after)
         return times
 
     def task_history(
@@ -514,7 +521,7 @@ class Scheduler:
         return LogPage(results=results, count=count, page=page, page_size=page_size)
 
 
-SCHEDULE_FIELDS = frozenset({"cron", "timezone", "enabled"})
+SCHEDULE_FIELDS = frozenset({"cron", "run_at", "timezone", "starts_at", "ends_at", "enabled"})
 # The fields a declaration owns: every definition field but enabled (operators may pause a task).
 CODE_OWNED = frozenset(definitions.MODEL_FIELDS) - {"enabled"}
 # A sync that lost an insert race sees the winner's row on its next try.
@@ -632,8 +639,26 @@ def _with_reason(task: Task, values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _next_run(task: Task) -> datetime:
-    return cron.next_fire_time(task.cron, task.timezone, timezone.now())
+def _next_run(task: Task) -> datetime | None:
+    """Where a new or rescheduled task starts: its next fire time, or a one-shot's run_at even
+    when it has passed (it runs at once within the misfire grace; see concepts.md)."""
+    if task.run_at is not None:
+        return schedule.next_fire(task, task.run_at - schedule.ONE_MICROSECOND)
+    return schedule.next_fire(task, timezone.now())
+
+
+def _one_schedule(task: Task, changes: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """An update that sets a cron expression clears run_at and the other way round; the task as
+    it would be after the update is checked as a whole (one schedule, window, jitter)."""
+    if values.get("cron") and "run_at" not in changes:
+        values = {**values, "run_at": None}
+    elif values.get("run_at") is not None and "cron" not in changes:
+        values = {**values, "cron": ""}
+    after = {field: values.get(field, getattr(task, field)) for field in definitions.MODEL_FIELDS}
+    errors: dict[str, list[str]] = {}
+    definitions.check_schedule(after, errors, timezone.now())
+    definitions.raise_if_errors(errors)
+    return values
 
 
 def _apply(task: Task, values: dict[str, Any], action: str, via: str | None = None) -> bool:
@@ -646,8 +671,11 @@ def _apply(task: Task, values: dict[str, Any], action: str, via: str | None = No
     for field, value in changed.items():
         setattr(task, field, value)
     task.revision += 1
-    if SCHEDULE_FIELDS & set(changed):
+    if "run_at" in changed:
         task.next_run_at = _next_run(task)
+    elif SCHEDULE_FIELDS & set(changed):
+        # A one-shot whose instant passed while it was disabled does not run when enabled.
+        task.next_run_at = schedule.next_fire(task, timezone.now())
     task.save()
     audit.record(action, task, before, audit.values(task), via=via)
     return True

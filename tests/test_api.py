@@ -55,6 +55,7 @@ PROJECTION = {
     "trigger_source",
     "idempotency_key",
     "scheduled_for",
+    "missed_fire_times",
     "due_at",
     "status",
     "attempt",

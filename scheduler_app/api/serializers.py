@@ -87,14 +87,38 @@ class HandlerField(serializers.JSONField):
 class TaskSerializer(PassThroughSerializer):
     """A task definition (the dict of ``scheduler.register``) with its bookkeeping fields."""
 
+    converted = definitions.INSTANTS
+
     id = serializers.CharField(max_length=128, help_text="Letters, digits, hyphens and underscores.")
     name = serializers.CharField(max_length=definitions.MAX_NAME_LENGTH, required=False, allow_blank=True)
     description = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
     cron = serializers.CharField(
-        max_length=definitions.MAX_CRON_LENGTH, help_text="Five cron fields, or a macro such as @daily."
+        max_length=definitions.MAX_CRON_LENGTH,
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        help_text="Five cron fields, or a macro such as @daily; empty for a one-shot task (run_at).",
+    )
+    run_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="A one-shot task fires once at this instant (ISO 8601), instead of on a cron expression.",
     )
     timezone = serializers.CharField(
         max_length=64, required=False, allow_blank=True, allow_null=True, help_text="IANA name; empty is UTC."
+    )
+    starts_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="No fire time before this instant."
+    )
+    ends_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="No fire time at or after this instant."
+    )
+    jitter_seconds = serializers.IntegerField(
+        min_value=0,
+        max_value=definitions.MAX_JITTER_SECONDS,
+        required=False,
+        help_text="Each scheduled occurrence comes due up to this many seconds after its fire time, "
+        "by an offset taken from its occurrence id; shorter than the shortest interval.",
     )
     enabled = serializers.BooleanField(required=False)
     delete_after_run = serializers.BooleanField(required=False)
@@ -106,6 +130,11 @@ class TaskSerializer(PassThroughSerializer):
     overlap = serializers.ChoiceField(choices=definitions.OVERLAP_CHOICES, required=False)
     misfire_grace_seconds = serializers.IntegerField(
         min_value=1, max_value=86400 * 31, required=False, allow_null=True
+    )
+    misfire_policy = serializers.ChoiceField(
+        choices=definitions.MISFIRE_POLICIES,
+        required=False,
+        help_text="coalesce: fire times missed within the grace run once; run_all: each runs.",
     )
     declared_in = serializers.ChoiceField(
         choices=DeclaredIn.choices,
@@ -139,7 +168,7 @@ class TaskSerializer(PassThroughSerializer):
         data["declared_in"] = task.declared_in
         data["disabled_reason"] = task.disabled_reason
         data["revision"] = task.revision
-        for name in ("next_run_at", "created_at", "updated_at"):
+        for name in ("next_run_at", "created_at", "updated_at", *definitions.INSTANTS):
             value = getattr(task, name)
             data[name] = self.fields[name].to_representation(value) if value else None
         return data
@@ -215,6 +244,7 @@ class ExecutionSerializer(serializers.ModelSerializer):
             "trigger_source",
             "idempotency_key",
             "scheduled_for",
+            "missed_fire_times",
             "due_at",
             "status",
             "attempt",

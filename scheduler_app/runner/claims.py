@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from scheduler_app import cron, journal
+from scheduler_app import journal, schedule
 from scheduler_app.models import (
     Execution,
     ExecutionEvent,
@@ -57,13 +57,13 @@ def _why_not_runnable(execution: Execution, task: Task | None) -> str | None:
         if not task.enabled:
             return "task disabled"
         try:
-            still_due = execution.scheduled_for is not None and cron.matches(
-                task.cron, task.timezone, execution.scheduled_for
+            still_due = execution.scheduled_for is not None and schedule.is_fire_time(
+                task, execution.scheduled_for
             )
         except ValueError:
             still_due = False
         if not still_due:
-            return "rescheduled: the occurrence no longer matches the cron expression"
+            return "rescheduled: the occurrence is no longer one of the task's fire times"
     return None
 
 

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
-from scheduler_app import cron, journal
+from scheduler_app import journal, schedule
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.models import (
     Execution,
+    MisfirePolicy,
     Overlap,
     Status,
     Task,
     TriggerType,
+    missed_occurrence_id,
     scheduled_occurrence_id,
 )
 
@@ -26,59 +30,131 @@ logger = logging.getLogger("scheduler_app")
 ONE_MICROSECOND = timedelta(microseconds=1)
 
 
+# The most fire times one plan of a run_all task runs; older ones within the grace are skipped.
+MAX_CATCH_UP = 100
+# The most skipped or merged fire times an occurrence lists (it counts them all).
+MAX_LISTED = 100
+
+
+@dataclass(frozen=True)
+class Missed:
+    """Fire times an occurrence stands for besides its own: how many, the first and last, and
+    the first MAX_LISTED of them."""
+
+    count: int
+    first: datetime
+    last: datetime
+    listed: tuple[datetime, ...]
+
+    def record(self) -> dict[str, Any]:
+        """As stored in Execution.missed_fire_times."""
+        return {
+            "count": self.count,
+            "first": _iso(self.first),
+            "last": _iso(self.last),
+            "listed": [_iso(moment) for moment in self.listed],
+        }
+
+    def joined(self, later: Missed | None) -> Missed:
+        if later is None:
+            return self
+        listed = (self.listed + later.listed)[:MAX_LISTED]
+        return Missed(self.count + later.count, self.first, later.last, listed)
+
+
 @dataclass(frozen=True)
 class Plan:
-    """What one due task gets at ``now``."""
+    """What one due task gets at ``now``: the fire times to run (each with the fire times merged
+    into it), the fire times skipped past the grace, and the next fire time."""
 
-    fire: datetime | None
-    missed: int
-    missed_first: datetime | None
-    missed_last: datetime | None
-    next_run_at: datetime
+    runs: tuple[tuple[datetime, Missed | None], ...]
+    skipped: Missed | None
+    next_run_at: datetime | None
 
 
 def plan(task: Task, now: datetime, default_grace: int) -> Plan:
-    """Fire times since ``task.next_run_at``: the latest within grace runs, older ones are missed."""
+    """Fire times since ``task.next_run_at``: those whose due time (the fire time plus its jitter)
+    is within the grace run (the latest, merging the others, or all of them under run_all);
+    older ones are skipped."""
     assert task.next_run_at is not None
     grace = task.misfire_grace_seconds if task.misfire_grace_seconds is not None else default_grace
     cutoff = now - timedelta(seconds=grace)
     start = task.next_run_at - ONE_MICROSECOND
-    within = cron.fire_times(task.cron, task.timezone, max(start, cutoff - ONE_MICROSECOND), now)
-    missed = first = last = None
-    if start < cutoff - ONE_MICROSECOND:
-        missed = cron.count_fire_times(task.cron, task.timezone, start, cutoff - ONE_MICROSECOND)
-        if missed:
-            first = cron.next_fire_time(task.cron, task.timezone, start)
-            last = _last_fire_before(task, cutoff, start)
-    return Plan(
-        fire=within[-1] if within else None,
-        missed=missed or 0,
-        missed_first=first,
-        missed_last=last,
-        next_run_at=cron.next_fire_time(task.cron, task.timezone, now),
-    )
+    # Fire times before this are past the grace whatever their jitter.
+    surely_missed = cutoff - timedelta(seconds=task.jitter_seconds) - ONE_MICROSECOND
+    recent = schedule.fire_times(task, max(start, surely_missed), now)
+    within = [fire for fire in recent if _due(task, fire) >= cutoff]
+    skipped = _counted(task, start, surely_missed)
+    late = [fire for fire in recent if _due(task, fire) < cutoff]
+    if task.misfire_policy == MisfirePolicy.RUN_ALL:
+        late += within[:-MAX_CATCH_UP]
+        runs = tuple((fire, None) for fire in within[-MAX_CATCH_UP:])
+    else:
+        runs = ((within[-1], _listed(within[:-1])),) if within else ()
+    skipped = skipped.joined(_listed(late)) if skipped else _listed(late)
+    return Plan(runs=runs, skipped=skipped, next_run_at=schedule.next_fire(task, now))
 
 
-def _last_fire_before(task: Task, cutoff: datetime, floor: datetime) -> datetime | None:
-    """The latest fire time in (floor, cutoff), found in windows that double backwards."""
+def _due(task: Task, fire: datetime) -> datetime:
+    return fire + schedule.jitter(task.jitter_seconds, scheduled_occurrence_id(task.id, fire))
+
+
+def _listed(fires: list[datetime]) -> Missed | None:
+    if not fires:
+        return None
+    return Missed(len(fires), fires[0], fires[-1], tuple(fires[:MAX_LISTED]))
+
+
+def _counted(task: Task, floor: datetime, until: datetime) -> Missed | None:
+    """The fire times in (floor, until], counted without listing more than MAX_LISTED."""
+    if until <= floor:
+        return None
+    count = schedule.count_fire_times(task, floor, until)
+    if not count:
+        return None
+    listed = tuple(schedule.fire_times(task, floor, until, MAX_LISTED))
+    last = listed[-1] if count == len(listed) else _last_fire_before(task, until, floor)
+    assert last is not None
+    return Missed(count, listed[0], last, listed)
+
+
+def _last_fire_before(task: Task, until: datetime, floor: datetime) -> datetime | None:
+    """The latest fire time in (floor, until], found in windows that double backwards."""
     window = timedelta(hours=1)
     while True:
-        low = max(floor, cutoff - window)
-        found = cron.fire_times(task.cron, task.timezone, low, cutoff - ONE_MICROSECOND)
+        low = max(floor, until - window)
+        found = schedule.fire_times(task, low, until)
         if found or low == floor:
             return found[-1] if found else None
         window *= 2
 
 
-def _new_execution(task: Task, scheduled_for: datetime, now: datetime, status: str) -> Execution:
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' if count != 1 else ''}"
+
+
+def _new_execution(
+    task: Task,
+    scheduled_for: datetime,
+    now: datetime,
+    status: str,
+    missed: Missed | None = None,
+    occurrence_id: uuid.UUID | None = None,
+) -> Execution:
+    occurrence_id = occurrence_id or scheduled_occurrence_id(task.id, scheduled_for)
     return Execution(
-        occurrence_id=scheduled_occurrence_id(task.id, scheduled_for),
+        occurrence_id=occurrence_id,
         task_id=task.id,
         task_revision=task.revision,
         trigger_type=TriggerType.SCHEDULED,
         trigger_source="cron",
         scheduled_for=scheduled_for,
-        due_at=scheduled_for,
+        due_at=scheduled_for + schedule.jitter(task.jitter_seconds, occurrence_id),
+        missed_fire_times=missed.record() if missed else None,
         params=dict(task.params),
         status=status,
         max_attempts=task.retry_max_attempts,
@@ -151,27 +227,39 @@ def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, s
                 logger.error("task %s has an invalid schedule; it will not fire until fixed", task.id)
                 task.next_run_at = None
                 continue
-            if step.missed and step.missed_first and step.missed_last:
+            if step.skipped is not None:
+                missed = step.skipped
                 reason = (
-                    f"misfire: missed {step.missed} fire time{'s' if step.missed != 1 else ''} between "
-                    f"{step.missed_first:%Y-%m-%dT%H:%MZ} and {step.missed_last:%Y-%m-%dT%H:%MZ}"
+                    f"misfire: missed {_plural(missed.count, 'fire time')} between "
+                    f"{missed.first:%Y-%m-%dT%H:%MZ} and {missed.last:%Y-%m-%dT%H:%MZ}"
                 )
-                rows.append(
-                    (_new_execution(task, step.missed_first, now, Status.INTERRUPTED), task.name, reason)
+                record = _new_execution(
+                    task,
+                    missed.first,
+                    now,
+                    Status.INTERRUPTED,
+                    missed,
+                    occurrence_id=missed_occurrence_id(task.id, missed.first),
                 )
-            if step.fire is not None:
+                record.due_at = missed.first
+                rows.append((record, task.name, reason))
+            if step.runs:
                 busy = occupied.get(task.id, 0) + waiting.get(task.id, 0)
                 room = task.max_concurrency + (1 if task.overlap == Overlap.BUFFER_ONE else 0)
-                if busy < room:
-                    rows.append(
-                        (_new_execution(task, step.fire, now, Status.PENDING), task.name, "scheduled")
-                    )
-                    waiting[task.id] = waiting.get(task.id, 0) + 1
-                else:
-                    overlap = f"overlap: {task.max_concurrency} running or waiting, policy {task.overlap}"
-                    rows.append(
-                        (_new_execution(task, step.fire, now, Status.INTERRUPTED), task.name, overlap)
-                    )
+                # Fire times caught up together arrive as one: all queue, or all are skipped.
+                fits = busy < room
+                for fire, merged in step.runs:
+                    if fits:
+                        reason = "scheduled"
+                        if merged is not None:
+                            reason += f", merging {_plural(merged.count, 'missed fire time')}"
+                        rows.append((_new_execution(task, fire, now, Status.PENDING, merged), task.name, reason))
+                        waiting[task.id] = waiting.get(task.id, 0) + 1
+                    else:
+                        overlap = f"overlap: {task.max_concurrency} running or waiting, policy {task.overlap}"
+                        rows.append(
+                            (_new_execution(task, fire, now, Status.INTERRUPTED, merged), task.name, overlap)
+                        )
             task.next_run_at = step.next_run_at
         for execution, _, reason in rows:
             if execution.status == Status.INTERRUPTED:
