@@ -316,7 +316,9 @@ def check_schedule(task: dict[str, Any], errors: Errors, now: datetime) -> None:
         errors.setdefault("run_at", []).append("Give cron or run_at, not both.")
         return
     if not expression and run_at is None:
-        errors.setdefault("cron", []).append("A cron expression, or a run_at for a one-shot task, is required.")
+        errors.setdefault("cron", []).append(
+            "A cron expression, or a run_at for a one-shot task, is required."
+        )
         return
     starts_at, ends_at = task.get("starts_at"), task.get("ends_at")
     if starts_at is not None and ends_at is not None and ends_at <= starts_at:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
@@ -99,7 +100,7 @@ def shortest_interval(expression: str, timezone: str, now: datetime) -> timedelt
     for change in _offset_changes(timezone, now, now + _YEAR):
         times += cron.fire_times(expression, timezone, change - timedelta(days=1), change + timedelta(days=1))
     ordered = sorted(set(times))
-    gaps = [later - earlier for earlier, later in zip(ordered, ordered[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in pairwise(ordered)]
     return min(gaps, default=None)
 
 

@@ -86,6 +86,7 @@ def plan(task: Task, now: datetime, default_grace: int) -> Plan:
     within = [fire for fire in recent if _due(task, fire) >= cutoff]
     skipped = _counted(task, start, surely_missed)
     late = [fire for fire in recent if _due(task, fire) < cutoff]
+    runs: tuple[tuple[datetime, Missed | None], ...]
     if task.misfire_policy == MisfirePolicy.RUN_ALL:
         late += within[:-MAX_CATCH_UP]
         runs = tuple((fire, None) for fire in within[-MAX_CATCH_UP:])
@@ -253,7 +254,9 @@ def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, s
                         reason = "scheduled"
                         if merged is not None:
                             reason += f", merging {_plural(merged.count, 'missed fire time')}"
-                        rows.append((_new_execution(task, fire, now, Status.PENDING, merged), task.name, reason))
+                        rows.append(
+                            (_new_execution(task, fire, now, Status.PENDING, merged), task.name, reason)
+                        )
                         waiting[task.id] = waiting.get(task.id, 0) + 1
                     else:
                         overlap = f"overlap: {task.max_concurrency} running or waiting, policy {task.overlap}"
