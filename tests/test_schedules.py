@@ -1,0 +1,311 @@
+"""Schedules beyond a cron expression (#18): one-shot tasks, active windows, jitter, and what a
+misfire records under each misfire policy. The runner runs inline on an injected clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from scheduler_app import schedule, scheduler
+from scheduler_app.exceptions import InvalidCron, InvalidDefinition
+from scheduler_app.models import (
+    Execution,
+    Status,
+    Task,
+    TaskChange,
+    missed_occurrence_id,
+    scheduled_occurrence_id,
+)
+from scheduler_app.runner import claims, scheduling
+from tests import hooks
+from tests.factories import T0, definition, inline_runner, ran_once
+
+pytestmark = pytest.mark.django_db
+
+MINUTE = timedelta(minutes=1)
+
+
+def one_shot(at: datetime, **overrides):
+    return definition(cron=None, run_at=at, **overrides)
+
+
+# -- one-shot tasks ---------------------------------------------------------------
+
+
+def test_a_one_shot_task_fires_once_at_its_instant_and_then_has_no_next_run(clock):
+    at = T0 + timedelta(minutes=5, seconds=30)
+    task = scheduler.register(one_shot(at))
+    assert (task.cron, task.run_at, task.next_run_at) == ("", at, at)
+    runner = inline_runner(clock)
+    clock.set(at - timedelta(seconds=1))
+    runner.tick()
+    assert not Execution.objects.exists()
+    clock.set(at)
+    runner.tick()
+    execution = Execution.objects.get()
+    assert (execution.status, execution.scheduled_for, execution.due_at) == (Status.SUCCESS, at, at)
+    assert execution.occurrence_id == scheduled_occurrence_id("report", at)
+    assert Task.objects.get().next_run_at is None
+    clock.advance(86400)
+    runner.tick()
+    assert Execution.objects.count() == 1
+    assert hooks.started() == ran_once("report", execution.occurrence_id)
+    assert scheduler.next_runs("report") == []
+
+
+def test_a_one_shot_task_with_delete_after_run_is_deleted_after_its_success(clock):
+    scheduler.register(one_shot(T0 + MINUTE, delete_after_run=True))
+    runner = inline_runner(clock)
+    clock.set(T0 + MINUTE)
+    runner.tick()
+    runner.tick()
+    assert Execution.objects.get().status == Status.SUCCESS
+    assert not Task.objects.exists()
+
+
+def test_a_one_shot_whose_instant_passed_runs_at_once_within_the_grace_and_is_a_misfire_beyond(clock):
+    scheduler.register(one_shot(T0 - timedelta(seconds=30), id="recent"))
+    scheduler.register(one_shot(T0 - timedelta(hours=2), id="stale"))
+    inline_runner(clock).tick()
+    recent = Execution.objects.get(task_id="recent")
+    assert recent.status == Status.SUCCESS
+    stale = Execution.objects.get(task_id="stale")
+    assert (stale.status, stale.error["reason"]) == (Status.INTERRUPTED, "misfire")
+    assert stale.missed_fire_times["count"] == 1
+    assert Task.objects.get(id="stale").next_run_at is None
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"cron": "* * * * *", "run_at": T0}, "run_at"),
+        ({"cron": ""}, "cron"),
+        ({"cron": None, "run_at": "2026-03-02T09:00:00"}, "run_at"),
+        ({"cron": None, "run_at": datetime(2026, 3, 2, 9)}, "run_at"),
+        ({"cron": None, "run_at": "tomorrow"}, "run_at"),
+        ({"cron": None, "run_at": datetime(1999, 1, 1, tzinfo=UTC)}, "run_at"),
+    ],
+)
+def test_a_task_has_exactly_one_schedule_and_an_aware_instant(data, field):
+    with pytest.raises((InvalidDefinition, InvalidCron)) as raised:
+        scheduler.register({"id": "report", **data})
+    assert field in raised.value.errors
+    assert not Task.objects.exists()
+
+
+def test_run_at_given_as_iso_text_with_an_offset_is_stored_in_utc():
+    task = scheduler.register(definition(cron=None, run_at="2026-03-02T10:00:00+01:00"))
+    assert task.run_at == T0
+
+
+def test_an_update_that_sets_one_schedule_clears_the_other(clock):
+    scheduler.register(definition())
+    task = scheduler.update_task("report", run_at=T0 + timedelta(hours=1))
+    assert (task.cron, task.run_at, task.next_run_at) == ("", T0 + timedelta(hours=1), T0 + timedelta(hours=1))
+    task = scheduler.update_task("report", cron="0 12 * * *")
+    assert (task.cron, task.run_at, task.next_run_at) == ("0 12 * * *", None, T0.replace(hour=12))
+    with pytest.raises(InvalidDefinition):
+        scheduler.update_task("report", cron="0 1 * * *", run_at=T0 + MINUTE)
+    with pytest.raises(InvalidCron):
+        scheduler.update_task("report", cron=None)
+    assert Task.objects.get().cron == "0 12 * * *"
+    change = TaskChange.objects.filter(task_id="report").order_by("id")[1]
+    assert change.changes["run_at"] == [None, "2026-03-02T10:00:00Z"]
+
+
+def test_a_pending_one_shot_occurrence_is_interrupted_when_run_at_moves(clock):
+    scheduler.register(one_shot(T0 + MINUTE))
+    clock.set(T0 + MINUTE)
+    scheduling.schedule_due(clock.now(), "node-a")
+    scheduler.update_task("report", run_at=T0 + timedelta(hours=1))
+    claimed, ended = claims.claim(clock.now(), "node-a", 10, 30)
+    assert not claimed
+    assert ended[0].execution.error["message"].startswith("rescheduled")
+
+
+def test_a_one_shot_disabled_past_its_instant_does_not_run_when_enabled(clock):
+    scheduler.register(one_shot(T0 + MINUTE, enabled=False))
+    clock.set(T0 + timedelta(minutes=5))
+    task = scheduler.update_task("report", enabled=True)
+    assert task.next_run_at is None
+    inline_runner(clock).tick()
+    assert not Execution.objects.exists()
+
+
+def test_the_rest_api_creates_and_shows_a_one_shot_task(admin_client):
+    response = admin_client.post(
+        "/api/scheduler/tasks/",
+        {"id": "once", "run_at": "2026-03-02T10:00:00+01:00"},
+        content_type="application/json",
+    )
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert (body["cron"], body["run_at"], body["next_run_at"]) == ("", "2026-03-02T09:00:00Z", "2026-03-02T09:00:00Z")
+    assert Task.objects.get().run_at == T0
+
+
+# -- active windows -----------------------------------------------------------------
+
+
+def test_a_task_fires_only_inside_its_window(clock):
+    starts, ends = T0 + timedelta(minutes=3), T0 + timedelta(minutes=5)
+    task = scheduler.register(definition(starts_at=starts, ends_at=ends))
+    assert task.next_run_at == starts
+    assert scheduler.next_runs("report") == [starts, starts + MINUTE]
+    runner = inline_runner(clock)
+    for minute in range(0, 8):
+        clock.set(T0 + minute * MINUTE)
+        runner.tick()
+        runner.tick()
+    fired = sorted(Execution.objects.values_list("scheduled_for", flat=True))
+    assert fired == [starts, starts + MINUTE]
+    assert Task.objects.get().next_run_at is None
+
+
+def test_a_window_that_ends_before_it_starts_is_refused():
+    with pytest.raises(InvalidDefinition) as raised:
+        scheduler.register(definition(starts_at=T0, ends_at=T0))
+    assert list(raised.value.errors) == ["ends_at"]
+
+
+def test_a_pending_occurrence_outside_a_new_window_is_interrupted_at_claim(clock):
+    scheduler.register(definition())
+    clock.set(T0 + MINUTE)
+    scheduling.schedule_due(clock.now(), "node-a")
+    scheduler.update_task("report", starts_at=T0 + timedelta(hours=1))
+    claimed, ended = claims.claim(clock.now(), "node-a", 10, 30)
+    assert not claimed
+    assert Execution.objects.get().status == Status.INTERRUPTED
+    assert Task.objects.get().next_run_at == T0 + timedelta(hours=1)
+
+
+# -- jitter -----------------------------------------------------------------------------
+
+
+def test_jitter_shifts_each_due_time_by_an_offset_taken_from_the_occurrence_id(clock):
+    for n in range(20):
+        scheduler.register(definition(f"hourly-{n}", cron="0 * * * *", jitter_seconds=600))
+    fire = T0 + timedelta(hours=1)
+    scheduling.schedule_due(fire, "node-a")
+    rows = list(Execution.objects.all())
+    assert len(rows) == 20
+    offsets = {row.due_at - row.scheduled_for for row in rows}
+    for row in rows:
+        assert row.scheduled_for == fire
+        assert row.occurrence_id == scheduled_occurrence_id(row.task_id, fire)
+        assert row.due_at - fire == timedelta(milliseconds=row.occurrence_id.int % 600_000)
+    assert len(offsets) == 20 and all(timedelta(0) <= o < timedelta(seconds=600) for o in offsets)
+
+
+def test_a_jittered_occurrence_is_not_claimed_before_its_due_time(clock):
+    scheduler.register(definition(cron="0 * * * *", jitter_seconds=600))
+    scheduling.schedule_due(T0 + timedelta(hours=1), "node-a")
+    execution = Execution.objects.get()
+    assert not claims.claim(execution.due_at - timedelta(milliseconds=1), "node-a", 10, 30)[0]
+    assert len(claims.claim(execution.due_at, "node-a", 10, 30)[0]) == 1
+
+
+def test_jitter_must_be_shorter_than_the_shortest_interval_daylight_saving_time_included():
+    scheduler.register(definition("five", cron="*/5 * * * *", jitter_seconds=299))
+    with pytest.raises(InvalidDefinition) as raised:
+        scheduler.register(definition("five-too-long", cron="*/5 * * * *", jitter_seconds=300))
+    assert "300 s" in raised.value.errors["jitter_seconds"][0]
+    # 01:30 and 02:30 are an hour apart, but on the night the clocks spring forward 02:30 does
+    # not exist and fires at 03:00, half an hour after 01:30.
+    scheduler.register(definition("utc", cron="30 1,2 * * *", jitter_seconds=2000))
+    with pytest.raises(InvalidDefinition):
+        scheduler.register(
+            definition("new-york", cron="30 1,2 * * *", timezone="America/New_York", jitter_seconds=2000)
+        )
+    scheduler.register(one_shot(T0, id="once", jitter_seconds=86400))
+    assert set(Task.objects.values_list("id", flat=True)) == {"five", "utc", "once"}
+
+
+def test_the_misfire_grace_counts_from_the_shifted_due_time(clock):
+    def offset(task_id: str) -> timedelta:
+        return schedule.jitter(50, scheduled_occurrence_id(task_id, T0 + MINUTE))
+
+    ids = [f"t{n}" for n in range(200)]
+    early = next(i for i in ids if offset(i) < timedelta(seconds=30))
+    late = next(i for i in ids if offset(i) > timedelta(seconds=45))
+    for task_id in (early, late):
+        scheduler.register(definition(task_id, cron="1 9 * * *", jitter_seconds=50, misfire_grace_seconds=60))
+    # 100 s after the fire time: due times before 40 s past it are past the grace.
+    now = T0 + MINUTE + timedelta(seconds=100)
+    scheduling.schedule_due(now, "node-a")
+    assert Execution.objects.get(task_id=early).error["reason"] == "misfire"
+    assert Execution.objects.get(task_id=late).status == Status.PENDING
+
+
+# -- misfires -------------------------------------------------------------------------
+
+
+def test_coalescing_records_the_merged_fire_times_on_the_run_and_the_skipped_on_the_record(clock):
+    scheduler.register(definition(misfire_grace_seconds=300))
+    now = T0 + timedelta(minutes=10, seconds=30)
+    created, _ = scheduling.schedule_due(now, "node-a")
+    run = Execution.objects.get(status=Status.PENDING)
+    assert run.scheduled_for == T0 + timedelta(minutes=10)
+    assert run.missed_fire_times == {
+        "count": 4,
+        "first": "2026-03-02T09:06:00Z",
+        "last": "2026-03-02T09:09:00Z",
+        "listed": [f"2026-03-02T09:0{m}:00Z" for m in (6, 7, 8, 9)],
+    }
+    assert [reason for _, _, reason in created][-1] == "scheduled, merging 4 missed fire times"
+    record = Execution.objects.get(status=Status.INTERRUPTED)
+    assert record.occurrence_id == missed_occurrence_id("report", T0 + MINUTE)
+    assert record.missed_fire_times["count"] == 5
+    assert (record.missed_fire_times["first"], record.missed_fire_times["last"]) == (
+        "2026-03-02T09:01:00Z",
+        "2026-03-02T09:05:00Z",
+    )
+    # Each skipped fire time's own occurrence id is free for a backfill.
+    skipped_ids = [scheduled_occurrence_id("report", T0 + m * MINUTE) for m in range(1, 6)]
+    assert not Execution.objects.filter(occurrence_id__in=skipped_ids).exists()
+
+
+def test_a_long_skipped_span_is_counted_whole_and_listed_up_to_the_cap(clock):
+    scheduler.register(definition())
+    scheduling.schedule_due(T0 + timedelta(days=3), "node-a")
+    record = Execution.objects.get(status=Status.INTERRUPTED)
+    assert record.missed_fire_times["count"] == 3 * 1440 - 2
+    assert len(record.missed_fire_times["listed"]) == scheduling.MAX_LISTED
+    assert record.missed_fire_times["last"] == "2026-03-05T08:58:00Z"
+
+
+def test_run_all_runs_every_fire_time_within_the_grace_in_order(clock):
+    scheduler.register(definition(misfire_grace_seconds=300, misfire_policy="run_all"))
+    runner = inline_runner(clock, workers=1)
+    clock.set(T0 + timedelta(minutes=10, seconds=30))
+    runner.tick()
+    pending = Execution.objects.exclude(status=Status.INTERRUPTED).order_by("sequence")
+    fired = [row.scheduled_for for row in pending]
+    assert fired == [T0 + m * MINUTE for m in range(6, 11)]
+    for _ in range(10):
+        runner.tick()
+    started = [call.context.occurrence_id for call in hooks.CALLS]
+    assert started == [str(scheduled_occurrence_id("report", T0 + m * MINUTE)) for m in range(6, 11)]
+    assert Execution.objects.get(status=Status.INTERRUPTED).missed_fire_times["count"] == 5
+
+
+def test_run_all_caps_a_catch_up_and_records_the_rest_as_skipped(clock):
+    scheduler.register(definition(misfire_grace_seconds=86400, misfire_policy="run_all"))
+    now = T0 + timedelta(minutes=150)
+    scheduling.schedule_due(now, "node-a")
+    runs = Execution.objects.filter(status=Status.PENDING)
+    assert runs.count() == scheduling.MAX_CATCH_UP
+    assert min(runs.values_list("scheduled_for", flat=True)) == now - (scheduling.MAX_CATCH_UP - 1) * MINUTE
+    record = Execution.objects.get(status=Status.INTERRUPTED)
+    assert record.missed_fire_times["count"] == 150 - scheduling.MAX_CATCH_UP
+    assert record.missed_fire_times["last"] == "2026-03-02T09:50:00Z"
+
+
+def test_a_run_all_catch_up_on_a_busy_task_follows_the_overlap_policy_as_one(clock):
+    scheduler.register(definition(misfire_grace_seconds=300, misfire_policy="run_all"))
+    scheduler.trigger("report")
+    claims.claim(T0, "node-a", 1, 600)
+    scheduling.schedule_due(T0 + timedelta(minutes=3, seconds=30), "node-a")
+    skipped = Execution.objects.filter(trigger_type="scheduled")
+    assert sorted(row.error["reason"] for row in skipped) == ["overlap"] * 3
