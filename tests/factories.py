@@ -107,9 +107,11 @@ def task_form(task: Task | None = None, **overrides: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
         "name": source.get("name", ""),
         "description": source.get("description", ""),
-        "cron": source["cron"],
+        "cron": source["cron"] or "",
         "timezone": source.get("timezone", ""),
         "misfire_grace_seconds": "",
+        "misfire_policy": source.get("misfire_policy", "coalesce"),
+        "jitter_seconds": source.get("jitter_seconds", 0),
         "retry_max_attempts": (source.get("retry") or {}).get("max_attempts", 1),
         "retry_backoff": json.dumps((source.get("retry") or {}).get("backoff", [])),
         "max_concurrency": source.get("max_concurrency", 1),

@@ -102,7 +102,11 @@ def test_run_at_given_as_iso_text_with_an_offset_is_stored_in_utc():
 def test_an_update_that_sets_one_schedule_clears_the_other(clock):
     scheduler.register(definition())
     task = scheduler.update_task("report", run_at=T0 + timedelta(hours=1))
-    assert (task.cron, task.run_at, task.next_run_at) == ("", T0 + timedelta(hours=1), T0 + timedelta(hours=1))
+    assert (task.cron, task.run_at, task.next_run_at) == (
+        "",
+        T0 + timedelta(hours=1),
+        T0 + timedelta(hours=1),
+    )
     task = scheduler.update_task("report", cron="0 12 * * *")
     assert (task.cron, task.run_at, task.next_run_at) == ("0 12 * * *", None, T0.replace(hour=12))
     with pytest.raises(InvalidDefinition):
@@ -141,7 +145,11 @@ def test_the_rest_api_creates_and_shows_a_one_shot_task(admin_client):
     )
     assert response.status_code == 201, response.json()
     body = response.json()
-    assert (body["cron"], body["run_at"], body["next_run_at"]) == ("", "2026-03-02T09:00:00Z", "2026-03-02T09:00:00Z")
+    assert (body["cron"], body["run_at"], body["next_run_at"]) == (
+        "",
+        "2026-03-02T09:00:00Z",
+        "2026-03-02T09:00:00Z",
+    )
     assert Task.objects.get().run_at == T0
 
 
@@ -174,7 +182,7 @@ def test_a_pending_occurrence_outside_a_new_window_is_interrupted_at_claim(clock
     clock.set(T0 + MINUTE)
     scheduling.schedule_due(clock.now(), "node-a")
     scheduler.update_task("report", starts_at=T0 + timedelta(hours=1))
-    claimed, ended = claims.claim(clock.now(), "node-a", 10, 30)
+    claimed, _ = claims.claim(clock.now(), "node-a", 10, 30)
     assert not claimed
     assert Execution.objects.get().status == Status.INTERRUPTED
     assert Task.objects.get().next_run_at == T0 + timedelta(hours=1)
@@ -309,3 +317,37 @@ def test_a_run_all_catch_up_on_a_busy_task_follows_the_overlap_policy_as_one(clo
     scheduling.schedule_due(T0 + timedelta(minutes=3, seconds=30), "node-a")
     skipped = Execution.objects.filter(trigger_type="scheduled")
     assert sorted(row.error["reason"] for row in skipped) == ["overlap"] * 3
+
+
+# -- the admin --------------------------------------------------------------------------
+
+
+def test_the_admin_creates_a_one_shot_task_and_lists_it_as_once(admin_client):
+    from django.urls import reverse
+
+    from tests.factories import task_form
+
+    response = admin_client.post(
+        reverse("admin:scheduler_app_task_add"),
+        task_form(cron="", run_at_0="2026-03-02", run_at_1="11:30:00", jitter_seconds=30),
+    )
+    assert response.status_code == 302
+    task = Task.objects.get()
+    assert (task.cron, task.run_at, task.jitter_seconds) == ("", T0.replace(hour=11, minute=30), 30)
+    page = admin_client.get(reverse("admin:scheduler_app_task_changelist")).content.decode()
+    assert "once" in page and "2026-03-02 11:30:00 UTC" in page
+
+
+def test_the_admin_shows_the_fire_times_an_execution_merged(admin_client, clock):
+    from django.urls import reverse
+
+    scheduler.register(definition(misfire_grace_seconds=300))
+    scheduling.schedule_due(T0 + timedelta(minutes=10, seconds=30), "node-a")
+    run = Execution.objects.get(status=Status.PENDING)
+    page = admin_client.get(reverse("admin:scheduler_app_execution_change", args=[run.pk])).content.decode()
+    assert "4 merged from 2026-03-02T09:06:00Z to 2026-03-02T09:09:00Z" in page
+    record = Execution.objects.get(status=Status.INTERRUPTED)
+    page = admin_client.get(
+        reverse("admin:scheduler_app_execution_change", args=[record.pk])
+    ).content.decode()
+    assert "5 skipped (misfire) from 2026-03-02T09:01:00Z" in page

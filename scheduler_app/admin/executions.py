@@ -138,6 +138,7 @@ class ExecutionAdmin(ObjectActions, ReadOnlyAdmin):
         ("trigger_type", "trigger_source", "idempotency_key"),
         ("status", "attempt", "max_attempts"),
         ("scheduled", "due"),
+        "missed",
         ("runner", "lease_expires", "stop_requested"),
         ("created", "started", "finished", "updated"),
         ("waited", "ran_for"),
@@ -151,6 +152,7 @@ class ExecutionAdmin(ObjectActions, ReadOnlyAdmin):
     readonly_fields = (
         "task",
         "scheduled",
+        "missed",
         "due",
         "runner",
         "lease_expires",
@@ -194,6 +196,30 @@ class ExecutionAdmin(ObjectActions, ReadOnlyAdmin):
         return display.runner_link(execution.owner)
 
     scheduled = display.instant_column("scheduled_for", "scheduled for")
+
+    @admin.display(description="other fire times")
+    def missed(self, execution: Execution) -> SafeString | str:
+        """The fire times this occurrence merged into its run, or skipped as a misfire."""
+        record = execution.missed_fire_times
+        if not record:
+            return "-"
+        how = (
+            "skipped (misfire)"
+            if execution.error and execution.error.get("reason") == "misfire"
+            else "merged"
+        )
+        listed = ", ".join(record["listed"])
+        more = record["count"] - len(record["listed"])
+        return format_html(
+            "{} {} from {} to {}<br><small>{}{}</small>",
+            record["count"],
+            how,
+            record["first"],
+            record["last"],
+            listed,
+            f" and {more} more" if more > 0 else "",
+        )
+
     due = display.instant_column("due_at", "due")
     lease_expires = display.instant_column("lease_expires_at", "lease expires", sortable=False)
     created = display.instant_column("created_at", "created", sortable=False)

@@ -107,10 +107,19 @@ class TaskForm(forms.ModelForm):
             "retry_max_attempts": ASCIIIntegerField,
             "max_concurrency": ASCIIIntegerField,
             "misfire_grace_seconds": ASCIIIntegerField,
+            "jitter_seconds": ASCIIIntegerField,
         }
         labels = {"retry_max_attempts": "Retry: max attempts", "retry_backoff": "Retry: backoff (seconds)"}
         help_texts = {
-            "cron": "Five fields: minute hour day-of-month month day-of-week; or a macro such as @daily.",
+            "cron": "Five fields: minute hour day-of-month month day-of-week; or a macro such as @daily. "
+            "Empty for a one-shot task (run at).",
+            "run_at": "A one-shot task fires once at this instant, instead of on a cron expression.",
+            "starts_at": "Empty: no start. No fire time before this instant.",
+            "ends_at": "Empty: no end. No fire time at or after this instant.",
+            "jitter_seconds": "Each scheduled occurrence comes due up to this many seconds after its "
+            "fire time (the same offset on every node), shorter than the shortest interval.",
+            "misfire_policy": "What a runner that was down does with the fire times missed within "
+            "the grace: run the latest once, or run each.",
             "retry_backoff": 'A JSON list of seconds to wait before attempt 2, 3, ..., e.g. "[10, 60]".',
             "params": "A JSON object passed to the handler.",
             "misfire_grace_seconds": "Empty uses the MISFIRE_GRACE_SECONDS setting.",
@@ -156,7 +165,11 @@ class TaskForm(forms.ModelForm):
             "name": data["name"],
             "description": data["description"],
             "cron": data["cron"],
+            "run_at": data["run_at"],
             "timezone": data["timezone"],
+            "starts_at": data["starts_at"],
+            "ends_at": data["ends_at"],
+            "jitter_seconds": data["jitter_seconds"],
             "enabled": data["enabled"],
             "delete_after_run": data["delete_after_run"],
             "idempotent": data["idempotent"],
@@ -166,6 +179,7 @@ class TaskForm(forms.ModelForm):
             "max_concurrency": data["max_concurrency"],
             "overlap": data["overlap"],
             "misfire_grace_seconds": data["misfire_grace_seconds"],
+            "misfire_policy": data["misfire_policy"],
         }
         try:
             definitions.validate_definition(definition)

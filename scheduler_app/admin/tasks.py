@@ -133,7 +133,21 @@ class TaskAdmin(ObjectActions):
     def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> Any:
         return [
             (None, {"fields": ("id", "name", "description", "enabled", "declared", "disabled_reason")}),
-            ("Schedule", {"fields": ("cron", "timezone", "next_fire_times", "misfire_grace_seconds")}),
+            (
+                "Schedule",
+                {
+                    "fields": (
+                        "cron",
+                        "run_at",
+                        "timezone",
+                        ("starts_at", "ends_at"),
+                        "jitter_seconds",
+                        "next_fire_times",
+                        "misfire_grace_seconds",
+                        "misfire_policy",
+                    )
+                },
+            ),
             (
                 "Runs",
                 {
@@ -255,9 +269,21 @@ class TaskAdmin(ObjectActions):
 
     # -- columns and read-only fields -----------------------------------------
 
-    @admin.display(description="cron", ordering="cron")
+    @admin.display(description="schedule", ordering="cron")
     def schedule(self, task: Task) -> SafeString:
-        return format_html("<code>{}</code><br><small>{}</small>", task.cron, describe(task.cron))
+        if task.run_at is not None:
+            return format_html("once<br><small>at {}</small>", display.instant(task.run_at))
+        text = format_html("<code>{}</code><br><small>{}</small>", task.cron, describe(task.cron))
+        if task.starts_at or task.ends_at:
+            text = format_html(
+                "{}<br><small>from {} until {}</small>",
+                text,
+                display.instant(task.starts_at) if task.starts_at else "-",
+                display.instant(task.ends_at) if task.ends_at else "-",
+            )
+        if task.jitter_seconds:
+            text = format_html("{}<br><small>jitter up to {} s</small>", text, task.jitter_seconds)
+        return text
 
     @admin.display(description="declared in", ordering="declared_in")
     def declared(self, task: Task) -> str:
@@ -301,6 +327,8 @@ class TaskAdmin(ObjectActions):
             times = scheduler.next_runs(task.id, PREVIEW_COUNT)
         except TaskNotFound:  # a new task whose save was refused
             return "-"
+        if not times and (task.run_at or task.ends_at):
+            return "none left: its run at time has passed or its window has ended"
         if not times:
             return "the stored cron expression or timezone cannot be evaluated"
         return format_html(
