@@ -1,0 +1,292 @@
+"""Pausing a task with a reason, and resuming it: paused is not enabled. Who, why, since and until
+when are stored and cleared together; a runner ends a pause at its ``until``; the paused minutes
+neither run nor count as missed. The Python API, the runner, the REST API and the admin."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta, timezone
+
+import pytest
+from django.db import connection, connections, transaction
+
+from scheduler_app import scheduler
+from scheduler_app.exceptions import InvalidDefinition, InvalidState, TaskNotFound
+from scheduler_app.models import NO_LONGER_DECLARED, Execution, Status, Task, TaskChange
+from scheduler_app.runner import scheduling
+from tests import hooks
+from tests.factories import T0, definition, inline_runner
+
+pytestmark = pytest.mark.django_db
+
+PAUSE_FIELDS = ("enabled", "disabled_reason", "disabled_by", "disabled_at", "disabled_until")
+
+
+def pause_state(task_id: str = "report") -> tuple:
+    return Task.objects.values_list(*PAUSE_FIELDS).get(id=task_id)
+
+
+def changes(task_id: str = "report") -> list[tuple[str, str, str, dict]]:
+    """(action, via, by, changes) of each change after the task's creation, oldest first."""
+    rows = TaskChange.objects.filter(task_id=task_id).exclude(action="create").order_by("id")
+    return [(row.action, row.via, row.by, row.changes) for row in rows]
+
+
+# -- the Python API ------------------------------------------------------------------------
+
+
+def test_pause_disables_the_task_and_records_why_who_since_and_until(clock):
+    scheduler.register(definition())
+    until = T0 + timedelta(hours=2)
+    with scheduler.acting_as("ops-bot"):
+        task = scheduler.pause("report", reason="database migration", until=until)
+    assert pause_state() == (False, "database migration", "ops-bot", T0, until)
+    assert (task.enabled, task.disabled_until, task.revision) == (False, until, 2)
+    assert changes() == [
+        (
+            "disable",
+            "python",
+            "ops-bot",
+            {
+                "enabled": [True, False],
+                "disabled_reason": ["", "database migration"],
+                "disabled_until": [None, "2026-03-02T11:00:00+00:00"],
+            },
+        )
+    ]
+
+
+def test_resume_enables_the_task_clears_the_pause_and_records_it(clock):
+    scheduler.register(definition())
+    scheduler.pause("report", reason="incident", until=T0 + timedelta(hours=2))
+    clock.advance(600)
+    with scheduler.acting_as("oncall"):
+        task = scheduler.resume("report")
+    assert pause_state() == (True, "", "", None, None)
+    assert task.next_run_at == T0 + timedelta(minutes=11)
+    assert changes()[-1] == (
+        "enable",
+        "python",
+        "oncall",
+        {
+            "enabled": [False, True],
+            "disabled_reason": ["incident", ""],
+            "disabled_until": ["2026-03-02T11:00:00+00:00", None],
+        },
+    )
+
+
+def test_resume_of_an_enabled_task_changes_nothing_and_records_nothing(clock):
+    scheduler.register(definition())
+    task = scheduler.resume("report")
+    assert (task.enabled, task.revision) == (True, 1)
+    assert changes() == []
+
+
+def test_pausing_a_paused_task_changes_its_reason_and_until_and_keeps_who_and_since(clock):
+    scheduler.register(definition())
+    with scheduler.acting_as("first"):
+        scheduler.pause("report", reason="incident")
+    clock.advance(60)
+    with scheduler.acting_as("second"):
+        scheduler.pause("report", reason="incident, still", until=T0 + timedelta(days=1))
+    assert pause_state() == (False, "incident, still", "first", T0, T0 + timedelta(days=1))
+    assert changes()[-1] == (
+        "update",
+        "python",
+        "second",
+        {
+            "disabled_reason": ["incident", "incident, still"],
+            "disabled_until": [None, "2026-03-03T09:00:00+00:00"],
+        },
+    )
+
+
+def test_pause_without_a_reason_or_an_end_stays_until_resumed(clock):
+    scheduler.register(definition())
+    scheduler.pause("report")
+    assert pause_state() == (False, "", "", T0, None)
+    clock.advance(86400 * 30)
+    inline_runner(clock).tick()
+    assert pause_state()[0] is False
+
+
+def test_update_task_enabled_false_and_true_set_and_clear_the_pause_fields(clock):
+    scheduler.register(definition())
+    with scheduler.acting_as("deploy"):
+        scheduler.update_task("report", enabled=False)
+    assert pause_state() == (False, "", "deploy", T0, None)
+    Task.objects.update(disabled_reason="set by hand", disabled_until=T0 + timedelta(hours=1))
+    scheduler.update_task("report", enabled=True)
+    assert pause_state() == (True, "", "", None, None)
+
+
+def test_other_changes_of_a_paused_task_keep_its_pause(clock):
+    scheduler.register(definition())
+    scheduler.pause("report", reason="incident", until=T0 + timedelta(hours=1))
+    scheduler.update_task("report", name="Renamed")
+    assert pause_state() == (False, "incident", "", T0, T0 + timedelta(hours=1))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field", "message"),
+    [
+        ({"reason": "x" * 201}, "reason", "Must be a string of at most 200 characters."),
+        ({"reason": 5}, "reason", "Must be a string of at most 200 characters."),
+        ({"reason": "nul \x00"}, "reason", None),
+        (
+            {"until": T0.replace(tzinfo=None) + timedelta(hours=1)},
+            "until",
+            "Must be a timezone-aware datetime.",
+        ),
+        ({"until": "2026-03-02T10:00:00Z"}, "until", "Must be a timezone-aware datetime."),
+        ({"until": T0}, "until", "Must be in the future."),
+        ({"until": T0 - timedelta(seconds=1)}, "until", "Must be in the future."),
+        ({"until": T0 + timedelta(days=366, seconds=1)}, "until", "Must be at most 366 days from now."),
+    ],
+)
+def test_an_invalid_pause_is_refused_with_the_field_named_and_changes_nothing(
+    clock, arguments, field, message
+):
+    scheduler.register(definition())
+    with pytest.raises(InvalidDefinition) as refused:
+        scheduler.pause("report", **arguments)
+    assert refused.value.code == "scheduler:012"
+    assert list(refused.value.errors) == [field]
+    if message is not None:
+        assert refused.value.errors[field] == [message]
+    assert pause_state() == (True, "", "", None, None)
+    assert changes() == []
+
+
+def test_a_pause_at_most_366_days_ahead_in_any_offset_is_accepted(clock):
+    scheduler.register(definition())
+    until = (T0 + timedelta(days=366)).astimezone(timezone(timedelta(hours=-5)))
+    assert scheduler.pause("report", until=until).disabled_until == until
+
+
+def test_pause_and_resume_of_an_unknown_task_raise_task_not_found():
+    for call in (lambda: scheduler.pause("nope", reason="x"), lambda: scheduler.resume("nope")):
+        with pytest.raises(TaskNotFound):
+            call()
+    with pytest.raises(TaskNotFound):
+        scheduler.pause("bad\x00id")
+
+
+def test_a_task_disabled_because_its_declaration_is_gone_is_not_paused_over(clock):
+    """Its reason says it is no longer declared; a pause would make it look registered by hand."""
+    scheduler.register(definition())
+    Task.objects.update(enabled=False, disabled_reason=NO_LONGER_DECLARED)
+    with pytest.raises(InvalidState):
+        scheduler.pause("report", reason="mine now")
+    assert pause_state()[:2] == (False, NO_LONGER_DECLARED)
+    assert scheduler.resume("report").enabled is True
+
+
+# -- the runner ------------------------------------------------------------------------------
+
+
+def test_a_runner_resumes_a_task_at_its_until_and_the_paused_minutes_neither_run_nor_misfire(clock):
+    scheduler.register(definition())
+    runner = inline_runner(clock)
+    scheduler.pause("report", reason="window", until=T0 + timedelta(minutes=10, seconds=30))
+    clock.advance(10 * 60)
+    runner.tick()
+    assert pause_state()[0] is False
+    clock.advance(30)
+    runner.tick()
+    task = Task.objects.get()
+    assert (task.enabled, task.disabled_reason, task.disabled_until) == (True, "", None)
+    assert task.next_run_at == T0 + timedelta(minutes=11)
+    assert changes()[-1] == (
+        "enable",
+        "runner",
+        "node-a",
+        {
+            "enabled": [False, True],
+            "disabled_reason": ["window", ""],
+            "disabled_until": ["2026-03-02T09:10:30+00:00", None],
+        },
+    )
+    assert not Execution.objects.exists()  # no occurrence, no misfire record for minutes 1 to 10
+    clock.advance(30)
+    runner.tick()
+    runner.tick()
+    (execution,) = Execution.objects.all()
+    assert (execution.scheduled_for, execution.status) == (T0 + timedelta(minutes=11), Status.SUCCESS)
+
+
+def test_the_runner_wakes_for_the_end_of_a_pause(clock):
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    scheduler.pause("report", until=T0 + timedelta(seconds=45))
+    runner = inline_runner(clock)
+    runner.tick()
+    assert runner._next_event == pytest.approx(runner._local(T0 + timedelta(seconds=45)), abs=0.01)
+
+
+def test_two_runners_resume_a_task_once(clock):
+    scheduler.register(definition())
+    scheduler.pause("report", until=T0 + timedelta(minutes=5))
+    first, second = inline_runner(clock, node_id="node-a"), inline_runner(clock, node_id="node-b")
+    clock.advance(5 * 60)
+    first.tick()
+    second.tick()
+    assert [(action, by) for action, _, by, _ in changes()] == [("disable", ""), ("enable", "node-a")]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has no row locks: it serialises writers")
+def test_a_task_another_runner_is_resuming_is_skipped_not_waited_for(clock):
+    scheduler.register(definition())
+    scheduler.pause("report", until=T0 + timedelta(minutes=5))
+    clock.advance(5 * 60)
+    resumed: list[bool] = []
+
+    def other_runner() -> None:
+        try:
+            resumed.append(pauses_resume(clock.now(), "node-b"))
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        Task.objects.select_for_update().get(id="report")  # as another runner's resume holds it
+        thread = threading.Thread(target=other_runner)
+        thread.start()
+        thread.join(30)
+    assert resumed == [False]
+    assert pause_state()[0] is False
+    inline_runner(clock, node_id="node-a").tick()
+    assert [(action, by) for action, _, by, _ in changes()] == [("disable", ""), ("enable", "node-a")]
+
+
+def pauses_resume(now, node):
+    from scheduler_app.runner import pauses
+
+    return pauses.resume_ended(now, node)
+
+
+def test_an_idle_tick_with_paused_tasks_is_one_statement(clock, django_assert_num_queries):
+    scheduler.register(definition())
+    scheduler.pause("report", until=T0 + timedelta(days=1))
+    scheduler.register(definition("forever"))
+    scheduler.pause("forever")
+    runner = inline_runner(clock)
+    runner.tick()
+    clock.advance(3600)
+    with django_assert_num_queries(1):
+        runner.tick()
+
+
+def test_a_pending_scheduled_occurrence_of_a_paused_task_is_interrupted_and_a_manual_one_runs(clock):
+    scheduler.register(definition())
+    runner = inline_runner(clock)
+    clock.advance(60)
+    scheduling.schedule_due(clock.now(), "node-a")
+    scheduler.pause("report", reason="incident")
+    manual = scheduler.trigger("report", source="ops")
+    runner.tick()
+    scheduled = Execution.objects.get(trigger_type="scheduled")
+    assert (scheduled.status, scheduled.error["reason"]) == (Status.INTERRUPTED, "task disabled")
+    manual.refresh_from_db()
+    assert manual.status == Status.SUCCESS
+    assert [call.context.trigger_type for call in hooks.CALLS] == ["manual"]
