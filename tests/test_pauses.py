@@ -8,7 +8,9 @@ import threading
 from datetime import timedelta, timezone
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.db import connection, connections, transaction
+from rest_framework.test import APIClient
 
 from scheduler_app import scheduler
 from scheduler_app.exceptions import InvalidDefinition, InvalidState, TaskNotFound
@@ -290,3 +292,111 @@ def test_a_pending_scheduled_occurrence_of_a_paused_task_is_interrupted_and_a_ma
     manual.refresh_from_db()
     assert manual.status == Status.SUCCESS
     assert [call.context.trigger_type for call in hooks.CALLS] == ["manual"]
+
+
+# -- the REST API ----------------------------------------------------------------------------
+
+API = "/api/scheduler/tasks/"
+
+
+def api_as(name: str, *codenames: str) -> APIClient:
+    user = User.objects.create_user(name, password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="scheduler_app", codename__in=codenames)
+    )
+    client = APIClient()
+    client.force_login(User.objects.get(pk=user.pk))
+    return client
+
+
+def test_rest_pause_answers_the_task_paused_with_who_why_since_and_until(clock):
+    scheduler.register(definition())
+    api = api_as("ops", "change_task")
+    response = api.post(
+        API + "report/pause/", {"reason": "incident 42", "until": "2026-03-02T12:30:00+02:00"}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert {key: body[key] for key in ("enabled", *PAUSE_FIELDS[1:])} == {
+        "enabled": False,
+        "disabled_reason": "incident 42",
+        "disabled_by": "ops",
+        "disabled_at": "2026-03-02T09:00:00Z",
+        "disabled_until": "2026-03-02T10:30:00Z",
+    }
+    assert pause_state() == (False, "incident 42", "ops", T0, T0 + timedelta(hours=1, minutes=30))
+    assert [(action, via, by) for action, via, by, _ in changes()] == [("disable", "api", "ops")]
+
+
+def test_rest_pause_without_a_body_pauses_until_resumed_and_resume_clears_it(clock):
+    scheduler.register(definition())
+    api = api_as("ops", "change_task")
+    assert api.post(API + "report/pause/", format="json").json()["enabled"] is False
+    assert pause_state() == (False, "", "ops", T0, None)
+    body = api.post(API + "report/resume/", format="json").json()
+    assert (body["enabled"], body["disabled_by"], body["disabled_at"], body["disabled_until"]) == (
+        True,
+        "",
+        None,
+        None,
+    )
+    assert [(action, via, by) for action, via, by, _ in changes()] == [
+        ("disable", "api", "ops"),
+        ("enable", "api", "ops"),
+    ]
+
+
+def test_a_task_as_answered_shows_its_pause_fields_read_only(clock):
+    scheduler.register(definition())
+    api = api_as("ops", "view_task", "change_task")
+    body = api.get(API + "report/").json()
+    assert {key: body[key] for key in PAUSE_FIELDS} == dict(
+        zip(PAUSE_FIELDS, (True, "", "", None, None), strict=True)
+    )
+    sent = {"disabled_reason": "x", "disabled_by": "y", "disabled_until": "2026-03-03T00:00:00Z"}
+    assert api.patch(API + "report/", {**sent, "name": "Renamed"}, format="json").status_code == 200
+    assert pause_state() == (True, "", "", None, None)
+    assert api.patch(API + "report/", {"enabled": False}, format="json").json()["disabled_by"] == "ops"
+
+
+@pytest.mark.parametrize(
+    ("body", "fields"),
+    [
+        ({"reason": "x" * 201}, {"reason"}),
+        ({"reason": 7}, {"reason"}),
+        ({"until": "2026-03-02T08:00:00Z"}, {"until"}),
+        ({"until": "2027-03-04T09:00:00Z"}, {"until"}),
+        ({"until": "tomorrow"}, {"until"}),
+        ({"because": "x"}, {""}),
+    ],
+)
+def test_rest_pause_refuses_bad_input_with_400_naming_the_field_and_changes_nothing(clock, body, fields):
+    scheduler.register(definition())
+    response = api_as("ops", "change_task").post(API + "report/pause/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert set(response.json()["fields"]) == fields
+    assert pause_state() == (True, "", "", None, None)
+
+
+def test_rest_pause_and_resume_of_an_unknown_task_answer_404():
+    api = api_as("ops", "change_task")
+    for action in ("pause", "resume"):
+        response = api.post(f"{API}nope/{action}/", {}, format="json")
+        assert (response.status_code, response.json()["code"]) == (404, "scheduler:020")
+
+
+def test_rest_pause_and_resume_need_the_permission_to_change_tasks(clock):
+    scheduler.register(definition())
+    viewer = api_as("viewer", "view_task", "add_execution")
+    for action in ("pause", "resume"):
+        response = viewer.post(f"{API}report/{action}/", {}, format="json")
+        assert response.status_code == 403
+        assert response.json()["message"] == "Missing permission: scheduler_app.change_task."
+    assert pause_state()[0] is True
+
+
+def test_rest_pause_of_a_task_whose_declaration_is_gone_answers_409(clock):
+    scheduler.register(definition())
+    Task.objects.update(enabled=False, disabled_reason=NO_LONGER_DECLARED)
+    response = api_as("ops", "change_task").post(API + "report/pause/", {"reason": "x"}, format="json")
+    assert (response.status_code, response.json()["code"]) == (409, "scheduler:042")
