@@ -265,7 +265,7 @@ class Scheduler:
         runner enables it again at ``until`` (aware, in the future, at most 366 days ahead).
         Pausing a paused task changes its reason and until."""
         reason = "" if reason is None else reason
-        errors = _pause_errors(reason, until)
+        errors = pause_errors(reason, until)
         if errors:
             raise InvalidDefinition("The pause is invalid.", errors=errors)
         with storage_errors(), transaction.atomic():
@@ -676,7 +676,8 @@ def _switched(task: Task, values: dict[str, Any]) -> dict[str, Any]:
     return {"disabled_at": timezone.now(), "disabled_by": audit.actor(), **values}
 
 
-def _pause_errors(reason: Any, until: Any) -> dict[str, list[str]]:
+def pause_errors(reason: Any, until: Any) -> dict[str, list[str]]:
+    """What is wrong with a pause's reason and until, by field (the admin's form asks too)."""
     errors: dict[str, list[str]] = {}
     if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH:
         errors["reason"] = [f"Must be a string of at most {MAX_REASON_LENGTH} characters."]

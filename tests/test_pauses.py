@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import threading
 from datetime import timedelta, timezone
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.db import connection, connections, transaction
+from django.test import Client
 from rest_framework.test import APIClient
 
 from scheduler_app import scheduler
@@ -400,3 +402,97 @@ def test_rest_pause_of_a_task_whose_declaration_is_gone_answers_409(clock):
     Task.objects.update(enabled=False, disabled_reason=NO_LONGER_DECLARED)
     response = api_as("ops", "change_task").post(API + "report/pause/", {"reason": "x"}, format="json")
     assert (response.status_code, response.json()["code"]) == (409, "scheduler:042")
+
+
+# -- the admin -------------------------------------------------------------------------------
+
+TASKS = "/admin/scheduler_app/task/"
+
+
+def chosen(action: str, *task_ids: str, **values: str) -> dict[str, Any]:
+    return {"action": action, "_selected_action": list(task_ids), "index": "0", **values}
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(message) for message in response.context["messages"]]
+
+
+def test_the_admin_pause_asks_for_a_reason_and_an_end_then_pauses_each_task(clock, admin_client):
+    scheduler.register(definition("report"))
+    scheduler.register(definition("sweep"))
+    asked = admin_client.post(TASKS, chosen("pause", "report", "sweep"))
+    assert asked.status_code == 200
+    assert b'name="reason"' in asked.content and b'name="until"' in asked.content
+    assert Task.objects.filter(enabled=True).count() == 2
+    done = admin_client.post(
+        TASKS,
+        chosen(
+            "pause", "report", "sweep", post="yes", reason="upstream down", until="2026-03-02T12:00:00+02:00"
+        ),
+        follow=True,
+    )
+    assert messages_of(done) == ["Paused 2 tasks: report, sweep."]
+    assert pause_state("sweep") == (False, "upstream down", "admin", T0, T0 + timedelta(hours=1))
+    assert [(action, via, by) for action, via, by, _ in changes("sweep")] == [("disable", "admin", "admin")]
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"reason": "x" * 201, "until": ""}, "reason"),
+        ({"reason": "", "until": "2026-03-02T08:00:00+00:00"}, "until"),
+        ({"reason": "", "until": "2027-06-01T00:00:00+00:00"}, "until"),
+        ({"reason": "", "until": "next tuesday"}, "until"),
+    ],
+)
+def test_the_admin_pause_shows_what_is_wrong_on_its_form_and_changes_nothing(
+    clock, admin_client, values, field
+):
+    scheduler.register(definition("report"))
+    response = admin_client.post(TASKS, chosen("pause", "report", post="yes", **values))
+    assert response.status_code == 200
+    assert response.context["form"].errors.keys() == {field}
+    assert pause_state() == (True, "", "", None, None)
+
+
+def test_the_admin_resume_enables_paused_tasks_and_clears_their_pause(clock, admin_client):
+    scheduler.register(definition("report"))
+    scheduler.pause("report", reason="incident", until=T0 + timedelta(hours=1))
+    done = admin_client.post(TASKS, chosen("resume", "report"), follow=True)
+    assert messages_of(done) == ["Resumed 1 task: report."]
+    assert pause_state() == (True, "", "", None, None)
+    assert changes()[-1][:3] == ("enable", "admin", "admin")
+
+
+def test_the_task_list_says_paused_with_the_reason_on_hover_and_the_page_shows_the_pause(clock, admin_client):
+    scheduler.register(definition("report"))
+    with scheduler.acting_as("oncall"):
+        scheduler.pause("report", reason="incident 42", until=T0 + timedelta(hours=2))
+    listed = admin_client.get(TASKS)
+    assert [task.health for task in listed.context["cl"].result_list] == ["paused"]
+    title = "incident 42, by oncall, since 2026-03-02 09:00:00 UTC, until 2026-03-02 11:00:00 UTC"
+    assert f'title="{title}"' in listed.content.decode()
+    assert [t.id for t in admin_client.get(TASKS, {"health": "paused"}).context["cl"].result_list] == [
+        "report"
+    ]
+    page = admin_client.get(f"{TASKS}report/change/").content.decode().lower()
+    for shown in ("paused because", "incident 42", "paused by", "oncall", "paused since", "resumes at"):
+        assert shown in page, shown
+    assert "2026-03-02 11:00:00 utc" in page
+
+
+def test_the_admin_pause_and_resume_need_the_change_permission(clock):
+    from tests.test_admin import staff
+
+    scheduler.register(definition("report"))
+    viewer = Client()
+    viewer.force_login(staff("vera", "view_task", "add_execution"))
+    page = viewer.get(TASKS).content.decode()
+    assert 'value="pause"' not in page and 'value="resume"' not in page
+    viewer.post(TASKS, chosen("pause", "report", post="yes", reason="no"))
+    assert pause_state()[0] is True
+    scheduler.pause("report")
+    viewer.post(TASKS, chosen("resume", "report"))
+    assert pause_state()[0] is False
+    act = f"{TASKS}report/act/"
+    assert viewer.post(act, {"action": "resume"}).status_code == 403
