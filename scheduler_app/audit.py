@@ -19,10 +19,11 @@ from scheduler_app import definitions
 from scheduler_app.handlers import registry
 from scheduler_app.models import ChangeAction, ChangeVia, Task, TaskChange
 
-# Every field of a definition, and the two the scheduler sets on a declared task.
-TRACKED = (*definitions.MODEL_FIELDS, "declared_in", "disabled_reason")
+# Every field of a definition, the one the scheduler sets on a declared task, and why and until when
+# a task is paused (who and since when are the change's own ``by`` and ``at``).
+TRACKED = (*definitions.MODEL_FIELDS, "declared_in", "disabled_reason", "disabled_until")
 # A change of these fields only is an enable or a disable (a removed declaration disables its task).
-SWITCH_FIELDS = frozenset({"enabled", "disabled_reason", "declared_in"})
+SWITCH_FIELDS = frozenset({"enabled", "disabled_reason", "disabled_until", "declared_in"})
 
 _actor: ContextVar[tuple[str, str]] = ContextVar("scheduler_app_actor", default=(ChangeVia.PYTHON, ""))
 
@@ -35,6 +36,11 @@ def acting(by: str, via: str = ChangeVia.PYTHON) -> Iterator[None]:
         yield
     finally:
         _actor.reset(token)
+
+
+def actor() -> str:
+    """Who acts now, as the next change will record it (empty from code)."""
+    return _actor.get()[1]
 
 
 def values(task: Task) -> dict[str, Any]:

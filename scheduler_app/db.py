@@ -25,6 +25,8 @@ class Probe:
     next_run_at: datetime | None
     next_due_at: datetime | None
     next_lease_expiry: datetime | None
+    # The earliest end of a pause: a runner enables the task again then.
+    next_resume_at: datetime | None
 
 
 def as_utc(value: Any) -> datetime | None:
@@ -43,7 +45,7 @@ def as_utc(value: Any) -> datetime | None:
 
 
 def probe(using: str = "default") -> Probe:
-    """One indexed query: database now, earliest next_run_at, due_at and lease expiry."""
+    """One indexed query: database now, earliest next_run_at, due_at, lease expiry and end of a pause."""
     connection = connections[using]
     sql, params = probe_statement(connection)
     # On PostgreSQL the one statement an idle runner sends keeps its plan where statements are prepared.
@@ -53,7 +55,7 @@ def probe(using: str = "default") -> Probe:
     now = as_utc(row[0])
     assert now is not None
     leases = [lease for lease in (as_utc(row[3]), as_utc(row[4])) if lease is not None]
-    return Probe(now, as_utc(row[1]), as_utc(row[2]), min(leases, default=None))
+    return Probe(now, as_utc(row[1]), as_utc(row[2]), min(leases, default=None), as_utc(row[5]))
 
 
 def probe_statement(connection: Any) -> tuple[str, list[Any]]:
@@ -69,8 +71,9 @@ def probe_statement(connection: Any) -> tuple[str, list[Any]]:
             f" (SELECT MIN(lease_expires_at) FROM {execution_table} WHERE status = {status_literal(status)})"
             for status in LEASED
         )
+        + f", (SELECT MIN(disabled_until) FROM {task_table} WHERE enabled = %s)"
     )
-    return sql, [True]
+    return sql, [True, False]
 
 
 class StatementCounter:

@@ -31,6 +31,13 @@ class DeclaredIn(models.TextChoices):
 
 # Set by refresh_tasks() on a task whose declaration is gone; see services.refresh_tasks.
 NO_LONGER_DECLARED = "no longer declared in code (TASKS or @job); disabled at runner start"
+# What a task enabled again no longer has: why, by whom, since and until when it was paused.
+NOT_PAUSED: dict[str, Any] = {
+    "disabled_reason": "",
+    "disabled_by": "",
+    "disabled_at": None,
+    "disabled_until": None,
+}
 
 
 # Created by Task.Meta.permissions; the admin and the REST API check it under this name.
@@ -64,7 +71,14 @@ class Task(models.Model):
     )
     # Where the definition lives when it is declared in code: refresh_tasks() owns those fields.
     declared_in = models.CharField(max_length=16, choices=DeclaredIn.choices, default="", blank=True)
+    # A paused task is a disabled one: these say why, by whom, since and until when (then a runner
+    # resumes it). Enabling it clears them all.
     disabled_reason = models.CharField(max_length=200, blank=True)
+    disabled_by = models.CharField(
+        max_length=150, blank=True, help_text="The user, API client or node that disabled it."
+    )
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    disabled_until = models.DateTimeField(null=True, blank=True, help_text="A runner enables it again then.")
     revision = models.PositiveIntegerField(default=1)
     next_run_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -72,7 +86,11 @@ class Task(models.Model):
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["enabled", "next_run_at"], name="scheduler_task_due")]
+        indexes = [
+            models.Index(fields=["enabled", "next_run_at"], name="scheduler_task_due"),
+            # The runner's probe reads the earliest end of a pause from one end of it.
+            models.Index(fields=["enabled", "disabled_until"], name="scheduler_task_paused"),
+        ]
         # Separate from change_task: a handler is code (JavaScript) or a network target (HTTP).
         permissions = [("change_task_handler", "Can change task handlers (JavaScript code, HTTP targets)")]
 
@@ -123,7 +141,7 @@ class ChangeVia(models.TextChoices):
     API = "api", "REST API"
     PYTHON = "python", "Python API"
     CODE = "code", "sync from code"
-    RUNNER = "runner", "runner (delete_after_run)"
+    RUNNER = "runner", "runner (delete_after_run, end of a pause)"
 
 
 class TaskChange(models.Model):

@@ -45,6 +45,7 @@ from scheduler_app.exceptions import (
 from scheduler_app.models import (
     LEASED,
     NO_LONGER_DECLARED,
+    NOT_PAUSED,
     TERMINAL,
     ChangeAction,
     ChangeVia,
@@ -67,6 +68,8 @@ MAX_PAGE_SIZE = 500
 DEFAULT_NEXT_RUNS = 10
 # The furthest a trigger may be put off (delay, or run_at from now): a year.
 MAX_DELAY_SECONDS = 366 * 86400
+# The most a pause's reason holds: the task's disabled_reason.
+MAX_REASON_LENGTH = 200
 MAX_NEXT_RUNS = 100
 # The most triggers one trigger_many() call takes.
 MAX_TRIGGERS = 10_000
@@ -256,7 +259,37 @@ class Scheduler:
                 definitions.raise_if_errors(_cron_errors(values["cron"], task.timezone))
             values = _one_schedule(task, changes, values)
             _refuse_declared(task, values)
-            _apply(task, _with_reason(task, values), ChangeAction.UPDATE)
+            _apply(task, values, ChangeAction.UPDATE)
+        return task
+
+    def pause(self, task_id: str, reason: str | None = "", until: datetime | None = None) -> Task:
+        """Disable a task, saying why (at most 200 characters) and, optionally, until when: a
+        runner enables it again at ``until`` (aware, in the future, at most 366 days ahead).
+        Pausing a paused task changes its reason and until."""
+        reason = "" if reason is None else reason
+        errors = pause_errors(reason, until)
+        if errors:
+            raise InvalidDefinition("The pause is invalid.", errors=errors)
+        with storage_errors(), transaction.atomic():
+            task = _locked(task_id)
+            if task.disabled_reason == NO_LONGER_DECLARED:
+                raise InvalidState(
+                    f"Task {task.id!r} is disabled because its declaration is gone: "
+                    "declare it again, resume it or delete it."
+                )
+            _apply(
+                task,
+                {"enabled": False, "disabled_reason": reason, "disabled_until": until},
+                ChangeAction.UPDATE,
+            )
+        return task
+
+    def resume(self, task_id: str) -> Task:
+        """Enable a paused (disabled) task: its schedule goes on from the next fire time after now,
+        the minutes of the pause neither run nor count as missed. Nothing for an enabled task."""
+        with storage_errors(), transaction.atomic():
+            task = _locked(task_id)
+            _apply(task, {"enabled": True}, ChangeAction.UPDATE)
         return task
 
     def replace_task(self, task_id: str, definition: Any) -> Task:
@@ -272,7 +305,7 @@ class Scheduler:
             wanted = Task(**definitions.validate_definition(data))
             values = {field: getattr(wanted, field) for field in definitions.MODEL_FIELDS}
             _refuse_declared(task, values)
-            _apply(task, _with_reason(task, values), ChangeAction.REPLACE)
+            _apply(task, values, ChangeAction.REPLACE)
         return task
 
     def unregister(self, task_id: str) -> None:
@@ -577,12 +610,14 @@ def _sync(declared: list[tuple[dict[str, Any], str]]) -> list[Task]:
                 synced[task_id] = task
                 continue
             values = {field: getattr(task, field) for field in definitions.MODEL_FIELDS}
-            if found[task_id].disabled_reason != NO_LONGER_DECLARED:
+            if found[task_id].disabled_reason == NO_LONGER_DECLARED:
+                values["disabled_reason"] = ""
+            else:
                 # enabled is the operator's once the task exists: a pause outlives the next deploy.
                 del values["enabled"]
             _apply(
                 found[task_id],
-                {**values, "declared_in": task.declared_in, "disabled_reason": ""},
+                {**values, "declared_in": task.declared_in},
                 ChangeAction.UPDATE,
                 via=ChangeVia.CODE,
             )
@@ -591,7 +626,13 @@ def _sync(declared: list[tuple[dict[str, Any], str]]) -> list[Task]:
         for task in gone.exclude(id__in=list(wanted)).order_by("id"):
             _apply(
                 task,
-                {"enabled": False, "declared_in": DeclaredIn.NOWHERE, "disabled_reason": NO_LONGER_DECLARED},
+                {
+                    "enabled": False,
+                    "declared_in": DeclaredIn.NOWHERE,
+                    "disabled_reason": NO_LONGER_DECLARED,
+                    # A pause of it does not end: the task is no longer the operator's to run.
+                    "disabled_until": None,
+                },
                 ChangeAction.UPDATE,
                 via=ChangeVia.CODE,
             )
@@ -632,11 +673,40 @@ def _refuse_declared(task: Task, values: dict[str, Any]) -> None:
     )
 
 
-def _with_reason(task: Task, values: dict[str, Any]) -> dict[str, Any]:
-    """Enabling a task clears the reason it was disabled for."""
-    if values.get("enabled") is True and task.disabled_reason:
-        return {**values, "disabled_reason": ""}
-    return values
+def _switched(task: Task, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with what turning the task off or on implies: disabling records since when and
+    by whom (who acts, as the audit trail records it); enabling clears why, who, since and until."""
+    if "enabled" not in values or values["enabled"] == task.enabled:
+        return values
+    if values["enabled"]:
+        return {**values, **NOT_PAUSED}
+    return {"disabled_at": timezone.now(), "disabled_by": audit.actor(), **values}
+
+
+def pause_errors(reason: Any, until: Any) -> dict[str, list[str]]:
+    """What is wrong with a pause's reason and until, by field (the admin's form asks too)."""
+    errors: dict[str, list[str]] = {}
+    if not isinstance(reason, str) or len(reason) > MAX_REASON_LENGTH:
+        errors["reason"] = [f"Must be a string of at most {MAX_REASON_LENGTH} characters."]
+    else:
+        definitions.check_json(reason, "reason", errors)
+    if until is None:
+        return errors
+    if not isinstance(until, datetime) or until.utcoffset() is None:
+        errors["until"] = ["Must be a timezone-aware datetime."]
+    elif until <= timezone.now():
+        errors["until"] = ["Must be in the future."]
+    elif until > timezone.now() + timedelta(seconds=MAX_DELAY_SECONDS):
+        errors["until"] = ["Must be at most 366 days from now."]
+    return errors
+
+
+def _locked(task_id: Any) -> Task:
+    """The task, locked for the rest of the transaction; TaskNotFound if there is none."""
+    task = Task.objects.select_for_update().filter(id=_task_id(task_id)).first()
+    if task is None:
+        raise TaskNotFound()
+    return task
 
 
 def _next_run(task: Task) -> datetime | None:
@@ -664,6 +734,7 @@ def _one_schedule(task: Task, changes: dict[str, Any], values: dict[str, Any]) -
 def _apply(task: Task, values: dict[str, Any], action: str, via: str | None = None) -> bool:
     """Save the fields that differ, bump the revision, record the change; the next run moves
     only if the schedule changed."""
+    values = _switched(task, values)
     changed = {field: value for field, value in values.items() if getattr(task, field) != value}
     if not changed:
         return False

@@ -325,22 +325,21 @@ def test_run_now_triggers_with_the_admin_as_source(admin_client):
     assert LogEntry.objects.filter(object_id="report", change_message__contains="Run now").exists()
 
 
-def test_enable_and_disable_name_what_changed_and_what_already_was(admin_client):
+def test_pause_and_resume_name_what_changed_and_what_already_was(admin_client):
     scheduler.register(definition("report"))
     scheduler.register(definition("sweep", enabled=False))
     response = admin_client.post(
-        TASKS, action("disable") | {"_selected_action": ["report", "sweep"]}, follow=True
+        TASKS, action("pause", post="yes", reason="") | {"_selected_action": ["report", "sweep"]}, follow=True
     )
     assert not Task.objects.filter(enabled=True).exists()
-    assert messages_of(response) == [
-        "Disabled 1 task: report.",
-        "1 task was already disabled: sweep.",
-    ]
+    assert messages_of(response) == ["Paused 1 task: report.", "Changed the pause of 1 task: sweep."]
     response = admin_client.post(
-        TASKS, action("enable") | {"_selected_action": ["report", "sweep"]}, follow=True
+        TASKS, action("resume") | {"_selected_action": ["report", "sweep"]}, follow=True
     )
     assert Task.objects.filter(enabled=True).count() == 2
-    assert messages_of(response) == ["Enabled 2 tasks: report, sweep."]
+    assert messages_of(response) == ["Resumed 2 tasks: report, sweep."]
+    response = admin_client.post(TASKS, action("resume") | {"_selected_action": ["report"]}, follow=True)
+    assert messages_of(response) == ["1 task was not paused: report."]
     assert Task.objects.get(id="report").revision == 3
     assert LogEntry.objects.filter(object_id="report").count() == 2
 
@@ -350,8 +349,10 @@ def test_task_actions_need_the_change_permission():
     viewer = Client()
     viewer.force_login(staff("vera", "view_task"))
     page = viewer.get(TASKS).content.decode()
-    assert 'value="run_now"' not in page and 'value="disable"' not in page
-    response = viewer.post(TASKS, action("disable") | {"_selected_action": ["report"]}, follow=True)
+    assert 'value="run_now"' not in page and 'value="pause"' not in page
+    response = viewer.post(
+        TASKS, action("pause", post="yes", reason="") | {"_selected_action": ["report"]}, follow=True
+    )
     assert response.status_code == 200
     assert Task.objects.get(id="report").enabled
 
@@ -367,7 +368,7 @@ def test_run_now_needs_add_execution_as_the_api_trigger_does():
     trigger_only = Client()
     trigger_only.force_login(staff("tom", "view_task", "add_execution"))
     page = trigger_only.get(TASKS).content.decode()
-    assert 'value="run_now"' in page and 'value="disable"' not in page
+    assert 'value="run_now"' in page and 'value="pause"' not in page
     response = trigger_only.post(TASKS, action("run_now") | {"_selected_action": ["report"]}, follow=True)
     assert messages_of(response) == ["Triggered 1 task; its execution is pending: report."]
     assert Execution.objects.get().trigger_source == "tom"

@@ -61,7 +61,7 @@ def test_each_task_shows_its_health_worst_first_and_the_list_filters_on_it(admin
         "broken": "failing",
         "stuck": "unknown",
         "behind": "late",
-        "paused": "disabled",
+        "paused": "paused",
         "busy": "running",
         "paused-failing": "failing",
     }
@@ -240,21 +240,29 @@ def test_a_running_execution_is_stopped_from_its_page_and_others_refuse_the_butt
     assert viewer.get(act).status_code == 405
 
 
-def test_a_task_is_run_now_and_disabled_from_its_own_page(admin_client):
+def test_a_task_is_run_now_and_paused_from_its_own_page(admin_client):
     from scheduler_app.models import Execution, TaskChange
 
     scheduler.register(definition("report"))
     page_url = reverse("admin:scheduler_app_task_change", args=["report"])
     act = reverse("admin:scheduler_app_task_act", args=["report"])
     page = admin_client.get(page_url).content.decode()
-    assert 'value="run_now"' in page and 'value="disable"' in page and 'value="enable"' not in page
+    assert 'value="run_now"' in page and 'value="pause"' in page and 'value="resume"' not in page
     assert reverse("admin:scheduler_app_execution_changelist") + "?task_id=report" in page
     assert admin_client.post(act, {"action": "run_now"})["Location"] == page_url
     assert Execution.objects.get().trigger_source == "admin"
-    admin_client.post(act, {"action": "disable"})
-    assert not Task.objects.get(id="report").enabled
+    asked = admin_client.post(act, {"action": "pause"})
+    assert asked.status_code == 200 and b'name="reason"' in asked.content
+    assert Task.objects.get(id="report").enabled
+    done = admin_client.post(act, {"action": "pause", "post": "yes", "reason": "incident", "until": ""})
+    assert done["Location"] == page_url
+    assert (Task.objects.get(id="report").enabled, Task.objects.get(id="report").disabled_reason) == (
+        False,
+        "incident",
+    )
     assert TaskChange.objects.latest("id").via == "admin"
-    assert 'value="enable"' in admin_client.get(page_url).content.decode()
+    page = admin_client.get(page_url).content.decode()
+    assert 'value="resume"' in page and "incident" in page and "Paused since" in page
 
 
 def test_the_log_list_shows_seconds_durations_and_links_to_the_execution(admin_client):

@@ -196,7 +196,10 @@ def test_admin_edits_actions_and_deletes_are_recorded_as_the_admin_user(admin_cl
     change_url = reverse("admin:scheduler_app_task_change", args=["report"])
     assert admin_client.post(change_url, task_form(task, cron="30 4 * * *")).status_code == 302
     changelist = reverse("admin:scheduler_app_task_changelist")
-    admin_client.post(changelist, {"action": "disable", "_selected_action": ["report"], "index": "0"})
+    admin_client.post(
+        changelist,
+        {"action": "pause", "post": "yes", "reason": "", "_selected_action": ["report"], "index": "0"},
+    )
     delete_url = reverse("admin:scheduler_app_task_delete", args=["report"])
     assert admin_client.post(delete_url, {"post": "yes"}).status_code == 302
     assert [entry[:3] for entry in history("report")] == [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection, connections
 from django.test import override_settings
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from scheduler_app import declarations, job, jobs, scheduler
@@ -226,6 +228,40 @@ def test_an_operators_pause_of_a_declared_task_survives_the_next_runner_start(de
         scheduler.refresh_tasks()
     task = Task.objects.get()
     assert (task.enabled, task.revision, task.declared_in) == (False, 2, source)
+
+
+@pytest.mark.parametrize("source", ["settings", "code"])
+def test_a_pause_of_a_declared_task_keeps_its_reason_and_end_across_runner_starts(declare, source):
+    if source == "code":
+        declare("paused-test", cron="0 4 * * *")
+    until = timezone.now() + timedelta(days=1)
+    with with_tasks(*([{"id": "paused-test", "cron": "0 4 * * *"}] if source == "settings" else [])):
+        scheduler.refresh_tasks()
+        with scheduler.acting_as("oncall"):
+            scheduler.pause("paused-test", reason="upstream down", until=until)
+        scheduler.refresh_tasks()
+    task = Task.objects.get()
+    assert (task.enabled, task.disabled_reason, task.disabled_by, task.disabled_until, task.declared_in) == (
+        False,
+        "upstream down",
+        "oncall",
+        until,
+        source,
+    )
+    assert scheduler.resume("paused-test").enabled is True
+
+
+def test_a_removed_declaration_ends_the_pause_of_its_task_for_good(declare):
+    """No longer declared, it is disabled with that reason: a runner does not enable it at the old until."""
+    declare("gone-test", cron="0 4 * * *")
+    with with_tasks():
+        scheduler.refresh_tasks()
+        scheduler.pause("gone-test", reason="incident", until=timezone.now() + timedelta(hours=1))
+    jobs.forget("gone-test")
+    with with_tasks():
+        scheduler.refresh_tasks()
+    task = Task.objects.get()
+    assert (task.enabled, task.disabled_reason, task.disabled_until) == (False, NO_LONGER_DECLARED, None)
 
 
 def test_tasks_created_by_register_stay_editable():

@@ -110,7 +110,7 @@ def test_the_probe_reads_the_queue_indexes_under_a_generic_plan(clock):
     keeps for every later call, it still reads one end of each partial index (no scan of the history)."""
     fill_history(clock.now(), 5000, pending=1)
     sql, params = db.probe_statement(connection)
-    plan = generic_plan(sql, "boolean", list(params))
+    plan = generic_plan(sql, "boolean, boolean", list(params))
     on_journal = [n for n in plan if n.get("Relation Name") == "scheduler_app_execution"]
     assert len(on_journal) == 3
     assert sorted(n.get("Index Name") for n in on_journal) == [

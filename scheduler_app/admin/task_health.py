@@ -22,13 +22,15 @@ from scheduler_app.conf import scheduler_settings
 from scheduler_app.logs import log_alias
 from scheduler_app.models import ENDED, LEASED, Execution, ExecutionLog, Status, Task
 
+# A task that is not enabled: paused, with or without a reason (there is no other disabled state).
+PAUSED = "paused"
 # Worst first: the first that holds is the task's health.
-HEALTHS = ("unknown", "failing", "late", "disabled", "running", "ok")
+HEALTHS = ("unknown", "failing", "late", PAUSED, "running", "ok")
 HEALTH_COLOURS = {
     "unknown": "#6a1b9a",
     "failing": "#c62828",
     "late": "#ef8f00",
-    "disabled": "#757575",
+    PAUSED: "#757575",
     "running": "#1565c0",
     "ok": "#2e7d32",
 }
@@ -70,7 +72,7 @@ def annotate(tasks: QuerySet[Task], now: Any) -> QuerySet[Task]:
             When(has_unknown=True, then=Value("unknown")),
             When(last_status=Status.FAILED.value, then=Value("failing")),
             When(late, then=Value("late")),
-            When(enabled=False, then=Value("disabled")),
+            When(enabled=False, then=Value(PAUSED)),
             When(has_running=True, then=Value("running")),
             default=Value("ok"),
         ),
@@ -96,7 +98,7 @@ class HealthFilter(admin.SimpleListFilter):
             "running": Q(id__in=_task_ids(Q(status__in=LEASED))),
             "late": Q(enabled=True, next_run_at__lt=_cutoff(timezone.now()))
             | Q(id__in=_task_ids(Q(status=Status.PENDING, due_at__lt=_cutoff(timezone.now())))),
-            "disabled": Q(enabled=False),
+            PAUSED: Q(enabled=False),
         }.get(str(self.value()), Q())
         return queryset.filter(narrowing, health=self.value())
 
@@ -109,11 +111,13 @@ def _cutoff(now: Any) -> Any:
     return now - timedelta(seconds=float(scheduler_settings.MISFIRE_GRACE_SECONDS))
 
 
-def badge(health: str) -> SafeString:
+def badge(health: str, title: str = "") -> SafeString:
+    """The health as a coloured word; ``title`` is shown on hover (a pause's reason)."""
     colour = HEALTH_COLOURS.get(health, "#757575")
     return format_html(
-        '<span class="scheduler-health" style="color: #fff; background: {}; padding: 1px 6px; '
+        '<span class="scheduler-health" title="{}" style="color: #fff; background: {}; padding: 1px 6px; '
         'border-radius: 3px; white-space: nowrap">{}</span>',
+        title or health,
         colour,
         health,
     )

@@ -1,4 +1,4 @@
-"""The task admin: definitions edited through the services, run now, enable and disable."""
+"""The task admin: definitions edited through the services, run now, pause and resume."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from scheduler_app.models import (
     Task,
     TaskChange,
 )
-from scheduler_app.services import CODE_OWNED, scheduler
+from scheduler_app.services import CODE_OWNED, MAX_REASON_LENGTH, pause_errors, scheduler
 
 PREVIEW_COUNT = 5
 RECENT_CHANGES = 3
@@ -81,11 +81,32 @@ def _both_zones(instant: datetime, zone_name: str) -> SafeString:
     return format_html("{}<br><small>{}</small>", f"{instant.astimezone(zone):%Y-%m-%d %H:%M %Z}", utc)
 
 
+WHEN_HELP = "YYYY-MM-DD HH:MM[:SS], with an offset (+02:00) or in the site's time zone."
+
+
 class RunAtForm(forms.Form):
-    run_at = forms.DateTimeField(
-        label="Run at",
-        help_text="YYYY-MM-DD HH:MM[:SS], with an offset (+02:00) or in the site's time zone.",
+    run_at = forms.DateTimeField(label="Run at", help_text=WHEN_HELP)
+
+
+class PauseForm(forms.Form):
+    """The reason and end of a pause, checked as scheduler.pause() checks them."""
+
+    reason = forms.CharField(
+        label="Reason", max_length=MAX_REASON_LENGTH, required=False, help_text="Shown with the task."
     )
+    until = forms.DateTimeField(
+        label="Resume at",
+        required=False,
+        help_text=f"{WHEN_HELP} Empty: paused until resumed by hand.",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        assert data is not None
+        if not self.errors:
+            for field, messages in pause_errors(data["reason"], data["until"]).items():
+                self.add_error(field if field in self.fields else None, messages)
+        return data
 
 
 class TaskChangeList(ChangeList):
@@ -111,7 +132,7 @@ class TaskAdmin(ObjectActions):
         "idempotent",
     )
     search_fields = ("id", "name", "description")
-    actions = ["run_now", "run_at", "enable", "disable"]
+    actions = ["run_now", "run_at", "pause", "resume"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
         return task_health.annotate(super().get_queryset(request), timezone.now())
@@ -131,8 +152,21 @@ class TaskAdmin(ObjectActions):
         return ("masked_handler",)
 
     def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> Any:
+        paused = ("paused_because", "paused_by", "paused_since", "paused_until")
         return [
-            (None, {"fields": ("id", "name", "description", "enabled", "declared", "disabled_reason")}),
+            (
+                None,
+                {
+                    "fields": (
+                        "id",
+                        "name",
+                        "description",
+                        "enabled",
+                        *(paused if obj is not None and not obj.enabled else ()),
+                        "declared",
+                    )
+                },
+            ),
             (
                 "Schedule",
                 {
@@ -172,7 +206,10 @@ class TaskAdmin(ObjectActions):
         fields = [
             "masked_handler",
             "declared",
-            "disabled_reason",
+            "paused_because",
+            "paused_by",
+            "paused_since",
+            "paused_until",
             "next_fire_times",
             "revision",
             "next_run",
@@ -305,7 +342,19 @@ class TaskAdmin(ObjectActions):
 
     @admin.display(description="health", ordering="health_rank")
     def health(self, task: Task) -> SafeString:
-        return task_health.badge(str(getattr(task, "health", "ok")))
+        health = str(getattr(task, "health", "ok"))
+        return task_health.badge(health, pause_summary(task) if health == task_health.PAUSED else "")
+
+    @admin.display(description="paused because")
+    def paused_because(self, task: Task) -> str:
+        return (task.disabled_reason if task is not None else "") or "-"
+
+    @admin.display(description="paused by")
+    def paused_by(self, task: Task) -> str:
+        return (task.disabled_by if task is not None else "") or "-"
+
+    paused_since = display.instant_column("disabled_at", "paused since", sortable=False)
+    paused_until = display.instant_column("disabled_until", "resumes at", sortable=False)
 
     @admin.display(description="last outcome", ordering="last_status")
     def last_outcome(self, task: Task) -> SafeString | str:
@@ -337,7 +386,7 @@ class TaskAdmin(ObjectActions):
         )
 
     def object_actions(self, request: HttpRequest, obj: Task) -> list[str]:
-        return ["run_now", "disable" if obj.enabled else "enable"]
+        return ["run_now", "pause" if obj.enabled else "resume"]
 
     created = display.instant_column("created_at", "created", sortable=False)
     updated = display.instant_column("updated_at", "updated", sortable=False)
@@ -378,23 +427,45 @@ class TaskAdmin(ObjectActions):
 
     @admin.action(description="Run selected tasks at a time...", permissions=["trigger"])
     def run_at(self, request: HttpRequest, queryset: QuerySet[Task]) -> TemplateResponse | None:
-        form = RunAtForm(request.POST if request.POST.get("post") == "yes" else None)
+        form = RunAtForm(_confirmed(request))
         if form.is_valid():
             self._trigger_each(request, queryset, form.cleaned_data["run_at"])
             return None
+        return self._ask(
+            request,
+            queryset,
+            form,
+            "run_at",
+            title="Run at a time",
+            intro="Each task gets one manual execution, written now and run when it is due (never "
+            "before); it can be stopped until then.",
+            note="a time already passed runs at once.",
+            submit="Run at that time",
+        )
+
+    def _ask(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Task],
+        form: forms.Form,
+        action: str,
+        **text: str,
+    ) -> TemplateResponse:
+        """The page an action shows to ask for its values (``form``) about the selected tasks; it
+        posts the action again with ``post=yes``. ``text``: title, intro, note and submit."""
         context = {
             **self.admin_site.each_context(request),
-            "title": "Run at a time",
+            **text,
             "subtitle": None,
             "opts": self.opts,
             "tasks": list(queryset),
             "form": form,
-            "action": "run_at",
+            "action": action,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "zone": timezone.get_current_timezone_name(),
         }
         request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/scheduler_app/task/run_at.html", context)
+        return TemplateResponse(request, "admin/scheduler_app/task/action_form.html", context)
 
     def _trigger_each(self, request: HttpRequest, queryset: QuerySet[Task], run_at: datetime | None) -> None:
         """A manual execution of each task, due now or at ``run_at``, and one message per outcome."""
@@ -434,77 +505,120 @@ class TaskAdmin(ObjectActions):
             messages.ERROR,
         )
 
-    @admin.action(description="Enable selected tasks", permissions=["change"])
-    def enable(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
-        self._set_enabled(request, queryset, True)
-
-    @admin.action(description="Disable selected tasks", permissions=["change"])
-    def disable(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
-        self._set_enabled(request, queryset, False)
-
-    def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Task], enabled: bool) -> None:
-        done, unchanged, refused = [], [], []
+    @admin.action(description="Pause selected tasks...", permissions=["change"])
+    def pause(self, request: HttpRequest, queryset: QuerySet[Task]) -> TemplateResponse | None:
+        form = PauseForm(_confirmed(request))
+        if not form.is_valid():
+            return self._ask(
+                request,
+                queryset,
+                form,
+                "pause",
+                title="Pause tasks",
+                intro="Paused tasks are disabled: they create no scheduled runs, and a scheduled run "
+                "already waiting ends interrupted; manual runs still run. Pausing a paused task "
+                "changes its reason and when it resumes.",
+                note="at that time a runner resumes each task: its schedule goes on from the next "
+                "fire time, the paused minutes are not run.",
+                submit="Pause",
+            )
+        reason, until = form.cleaned_data["reason"], form.cleaned_data["until"]
+        paused: list[str] = []
+        changed: list[str] = []
+        refused: list[str] = []
         for task in queryset:
-            if task.enabled == enabled:
-                unchanged.append(task.id)
-                continue
             try:
-                scheduler.update_task(task.id, enabled=enabled)
+                scheduler.pause(task.id, reason=reason, until=until)
             except SchedulerError as exc:
                 refused.append(f"{task.id} ({exc.message})")
                 continue
-            self.log_change(request, task, "Enabled." if enabled else "Disabled.")
-            done.append(task.id)
-        if enabled:
-            tell(
-                self,
-                request,
-                ngettext(
-                    "Enabled %(count)d task: %(items)s.", "Enabled %(count)d tasks: %(items)s.", len(done)
-                ),
-                done,
-                messages.SUCCESS,
-            )
-            tell(
-                self,
-                request,
-                ngettext(
-                    "%(count)d task was already enabled: %(items)s.",
-                    "%(count)d tasks were already enabled: %(items)s.",
-                    len(unchanged),
-                ),
-                unchanged,
-                messages.INFO,
-            )
-        else:
-            tell(
-                self,
-                request,
-                ngettext(
-                    "Disabled %(count)d task: %(items)s.", "Disabled %(count)d tasks: %(items)s.", len(done)
-                ),
-                done,
-                messages.SUCCESS,
-            )
-            tell(
-                self,
-                request,
-                ngettext(
-                    "%(count)d task was already disabled: %(items)s.",
-                    "%(count)d tasks were already disabled: %(items)s.",
-                    len(unchanged),
-                ),
-                unchanged,
-                messages.INFO,
-            )
+            self.log_change(request, task, f"Paused: {reason or 'no reason given'}.")
+            (paused if task.enabled else changed).append(task.id)
+        tell(
+            self,
+            request,
+            ngettext("Paused %(count)d task: %(items)s.", "Paused %(count)d tasks: %(items)s.", len(paused)),
+            paused,
+            messages.SUCCESS,
+        )
         tell(
             self,
             request,
             ngettext(
-                "Could not change %(count)d task: %(items)s.",
-                "Could not change %(count)d tasks: %(items)s.",
+                "Changed the pause of %(count)d task: %(items)s.",
+                "Changed the pause of %(count)d tasks: %(items)s.",
+                len(changed),
+            ),
+            changed,
+            messages.SUCCESS,
+        )
+        self._could_not(request, "pause", refused)
+        return None
+
+    @admin.action(description="Resume selected tasks", permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        resumed, unchanged, refused = [], [], []
+        for task in queryset:
+            if task.enabled:
+                unchanged.append(task.id)
+                continue
+            try:
+                scheduler.resume(task.id)
+            except SchedulerError as exc:
+                refused.append(f"{task.id} ({exc.message})")
+                continue
+            self.log_change(request, task, "Resumed.")
+            resumed.append(task.id)
+        tell(
+            self,
+            request,
+            ngettext(
+                "Resumed %(count)d task: %(items)s.", "Resumed %(count)d tasks: %(items)s.", len(resumed)
+            ),
+            resumed,
+            messages.SUCCESS,
+        )
+        tell(
+            self,
+            request,
+            ngettext(
+                "%(count)d task was not paused: %(items)s.",
+                "%(count)d tasks were not paused: %(items)s.",
+                len(unchanged),
+            ),
+            unchanged,
+            messages.INFO,
+        )
+        self._could_not(request, "resume", refused)
+
+    def _could_not(self, request: HttpRequest, verb: str, refused: list[str]) -> None:
+        tell(
+            self,
+            request,
+            ngettext(
+                "Could not %(verb)s %(count)d task: %(items)s.",
+                "Could not %(verb)s %(count)d tasks: %(items)s.",
                 len(refused),
             ),
             refused,
             messages.ERROR,
+            verb=verb,
         )
+
+
+def _confirmed(request: HttpRequest) -> Any:
+    """The posted values once an action's own page sent them (``post=yes``), else None: a form
+    bound to None asks for them."""
+    return request.POST if request.POST.get("post") == "yes" else None
+
+
+def pause_summary(task: Task) -> str:
+    """A paused task's reason, who and since when, and when it resumes, in one line."""
+    parts = [task.disabled_reason or "paused"]
+    if task.disabled_by:
+        parts.append(f"by {task.disabled_by}")
+    if task.disabled_at is not None:
+        parts.append(f"since {task.disabled_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+    if task.disabled_until is not None:
+        parts.append(f"until {task.disabled_until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+    return ", ".join(parts)

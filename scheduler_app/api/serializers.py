@@ -27,7 +27,13 @@ from scheduler_app.models import (
     TaskChange,
     TriggerType,
 )
-from scheduler_app.services import DEFAULT_NEXT_RUNS, MAX_DELAY_SECONDS, MAX_NEXT_RUNS, MAX_PAGE_SIZE
+from scheduler_app.services import (
+    DEFAULT_NEXT_RUNS,
+    MAX_DELAY_SECONDS,
+    MAX_NEXT_RUNS,
+    MAX_PAGE_SIZE,
+    MAX_REASON_LENGTH,
+)
 from scheduler_app.values import short_text
 
 MAX_PAGE = 1_000_000
@@ -143,7 +149,15 @@ class TaskSerializer(PassThroughSerializer):
         "A declared task's fields other than enabled are changed in its declaration (409, scheduler:044).",
     )
     disabled_reason = serializers.CharField(
-        read_only=True, help_text="Why the scheduler disabled the task, such as a declaration removed."
+        read_only=True,
+        help_text="Why the task is paused (disabled): the pause's reason, or a declaration removed.",
+    )
+    disabled_by = serializers.CharField(
+        read_only=True, help_text="Who paused (disabled) it: a user, an API client, a name; or empty."
+    )
+    disabled_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text="Paused since.")
+    disabled_until = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="A runner resumes (enables) it then; null: not by itself."
     )
     revision = serializers.IntegerField(read_only=True)
     next_run_at = serializers.DateTimeField(read_only=True, allow_null=True)
@@ -167,8 +181,16 @@ class TaskSerializer(PassThroughSerializer):
         data["handler"] = registry.masked(task.handler)
         data["declared_in"] = task.declared_in
         data["disabled_reason"] = task.disabled_reason
+        data["disabled_by"] = task.disabled_by
         data["revision"] = task.revision
-        for name in ("next_run_at", "created_at", "updated_at", *definitions.INSTANTS):
+        for name in (
+            "disabled_at",
+            "disabled_until",
+            "next_run_at",
+            "created_at",
+            "updated_at",
+            *definitions.INSTANTS,
+        ):
             value = getattr(task, name)
             data[name] = self.fields[name].to_representation(value) if value else None
         return data
@@ -202,6 +224,24 @@ class TriggerSerializer(PassThroughSerializer):
         min_value=0,
         max_value=MAX_DELAY_SECONDS,
         help_text="Run it this many seconds from now. Not with run_at.",
+    )
+
+
+class PauseSerializer(PassThroughSerializer):
+    converted = ("until",)
+
+    reason = serializers.CharField(
+        max_length=MAX_REASON_LENGTH,
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        help_text="Why it is paused, shown with the task.",
+    )
+    until = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="When a runner resumes it by itself (ISO 8601 with an offset; in the future, at most "
+        "366 days ahead). Null or left out: until resumed.",
     )
 
 

@@ -35,6 +35,7 @@ from scheduler_app.api.serializers import (
     LogSerializer,
     NextRunsQuerySerializer,
     NextRunsSerializer,
+    PauseSerializer,
     RepairSerializer,
     ResolveSerializer,
     RunnerSerializer,
@@ -174,6 +175,9 @@ class TaskViewSet(SchedulerViewSet):
         "trigger_many": ("scheduler_app.add_execution",),
         "history": ("scheduler_app.view_task",),
         "next_runs": ("scheduler_app.view_task",),
+        # Pausing and resuming change enabled: as a PATCH of it does.
+        "pause": ("scheduler_app.change_task",),
+        "resume": ("scheduler_app.change_task",),
     }
 
     def task_id(self) -> str:
@@ -265,6 +269,41 @@ class TaskViewSet(SchedulerViewSet):
         with self.acting():
             scheduler.unregister(self.task_id())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @document(
+        request=PauseSerializer,
+        responses={
+            200: described(TaskSerializer, "The task, paused: enabled false, with its reason and until."),
+            **_errors(400, 404, 415),
+            409: described(
+                ErrorSerializer,
+                "Disabled because its declaration is gone (scheduler:042): declare it again, resume or delete it.",
+            ),
+        },
+        examples=example(
+            "paused for a migration", {"reason": "warehouse migration", "until": "2026-03-07T06:00:00+01:00"}
+        ),
+    )
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, pk: str) -> Response:
+        """Pause the task (enabled false) with a reason and, optionally, when it resumes by itself;
+        pausing a paused task changes both. Declared tasks can be paused too."""
+        task_id = self.task_id()
+        serializer = PauseSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        values = serializer.validated_data
+        with self.acting():
+            task = scheduler.pause(task_id, reason=values.get("reason"), until=values.get("until"))
+        return Response(TaskSerializer(task).data)
+
+    @document(request=None, responses={200: TaskSerializer, **_errors(404)})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str) -> Response:
+        """Resume the task (enabled true), its schedule from the next fire time: the paused minutes
+        are not run. Nothing changes for an enabled task."""
+        with self.acting():
+            task = scheduler.resume(self.task_id())
+        return Response(TaskSerializer(task).data)
 
     @document(parameters=[NextRunsQuerySerializer], responses={200: NextRunsSerializer, **_errors(400, 404)})
     @action(detail=True, url_path="next-runs")

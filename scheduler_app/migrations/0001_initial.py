@@ -298,6 +298,17 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("disabled_reason", models.CharField(blank=True, max_length=200)),
+                (
+                    "disabled_by",
+                    models.CharField(
+                        blank=True, help_text="The user, API client or node that disabled it.", max_length=150
+                    ),
+                ),
+                ("disabled_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "disabled_until",
+                    models.DateTimeField(blank=True, help_text="A runner enables it again then.", null=True),
+                ),
                 ("revision", models.PositiveIntegerField(default=1)),
                 ("next_run_at", models.DateTimeField(blank=True, null=True)),
                 ("created_at", models.DateTimeField(auto_now_add=True)),
@@ -308,7 +319,10 @@ class Migration(migrations.Migration):
                 "permissions": [
                     ("change_task_handler", "Can change task handlers (JavaScript code, HTTP targets)")
                 ],
-                "indexes": [models.Index(fields=["enabled", "next_run_at"], name="scheduler_task_due")],
+                "indexes": [
+                    models.Index(fields=["enabled", "next_run_at"], name="scheduler_task_due"),
+                    models.Index(fields=["enabled", "disabled_until"], name="scheduler_task_paused"),
+                ],
             },
         ),
         migrations.CreateModel(
@@ -339,7 +353,7 @@ class Migration(migrations.Migration):
                             ("api", "REST API"),
                             ("python", "Python API"),
                             ("code", "sync from code"),
-                            ("runner", "runner (delete_after_run)"),
+                            ("runner", "runner (delete_after_run, end of a pause)"),
                         ],
                         max_length=16,
                     ),

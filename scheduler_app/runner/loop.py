@@ -17,7 +17,7 @@ from scheduler_app import __version__, alerts, database_errors, db, journal, log
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import StorageError
 from scheduler_app.models import LEASED, Execution, Runner, Status
-from scheduler_app.runner import claims, limits, scheduling
+from scheduler_app.runner import claims, limits, pauses, scheduling
 from scheduler_app.runner.attempt import Attempt, run_attempt
 from scheduler_app.runner.clock import Clock, DatabaseClock
 from scheduler_app.runner.workers import WorkerPool
@@ -316,11 +316,16 @@ class SchedulerLoop:
         self.clock.observe(probe.now)
         now = self.clock.now()
         self._anchor = (sent, now)
-        upcoming = [
-            t for t in (probe.next_run_at, probe.next_due_at, probe.next_lease_expiry) if t and t > now
-        ]
+        instants = (probe.next_run_at, probe.next_due_at, probe.next_lease_expiry, probe.next_resume_at)
+        upcoming = [t for t in instants if t and t > now]
         self._next_event = self._local(min(upcoming)) + EVENT_SLACK if upcoming else None
         worked = False
+        if probe.next_resume_at is not None and probe.next_resume_at <= now:
+            # The resumed tasks fire from their next fire time on: the next tick's probe sees it.
+            more = pauses.resume_ended(now, self.node_id)
+            worked = True
+            if more:
+                self._wake.set()
         due = probe.next_due_at is not None and probe.next_due_at <= now
         if probe.next_run_at is not None and probe.next_run_at <= now:
             created, more = scheduling.schedule_due(now, self.node_id)
