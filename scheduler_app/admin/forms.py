@@ -13,7 +13,7 @@ from django.forms.fields import InvalidJSONInput, JSONString
 from scheduler_app import definitions, jobs
 from scheduler_app.exceptions import InvalidDefinition, SchedulerError
 from scheduler_app.handlers import registry
-from scheduler_app.models import Task
+from scheduler_app.models import MisfirePolicy, Task
 from scheduler_app.services import scheduler
 
 # Where an error of definitions.validate_definition() is shown on the form.
@@ -139,7 +139,7 @@ class TaskForm(forms.ModelForm):
             self.fields["function"] = self._function_field()
         else:
             self.fields.pop("function", None)
-        for name in ("params", "retry_backoff"):
+        for name in ("params", "retry_backoff", "jitter_seconds", "misfire_policy"):
             if name in self.fields:
                 self.fields[name].required = False
 
@@ -154,6 +154,9 @@ class TaskForm(forms.ModelForm):
                 data[name] = getattr(self.instance, name)
         data["params"] = data.get("params") if data.get("params") is not None else {}
         data["retry_backoff"] = data.get("retry_backoff") if data.get("retry_backoff") is not None else []
+        # Left out of a form posted without them: their defaults.
+        data["jitter_seconds"] = data.get("jitter_seconds") or 0
+        data["misfire_policy"] = data.get("misfire_policy") or MisfirePolicy.COALESCE
         stored = self.instance.handler if self.instance.pk else None
         if "handler" in self.fields:
             handler = self._chosen_function(registry.unmask(data.get("handler"), stored), data)
