@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from scheduler_app import (
     audit,
+    backfill,
     cron,
     database_errors,
     declarations,
@@ -27,6 +28,7 @@ from scheduler_app import (
     journal,
     listing,
     logs,
+    occurrences,
     schedule,
     wakeup,
 )
@@ -350,6 +352,29 @@ class Scheduler:
                 if after is not None:
                     times.append(after)
         return times
+
+    def backfill(
+        self, task_id: str, start: datetime, end: datetime, dry_run: bool = True
+    ) -> builtins.list[Execution]:
+        """The occurrences of the task's fire times in [start, end) that have no execution, oldest
+        first: with ``dry_run`` (the default) unsaved, as they would be created; without it created
+        pending, to run in turn under the task's max_concurrency. Fire times the runners have not
+        passed yet (from the task's next run on) are left to them. At most 1,000 per call
+        (InvalidDefinition beyond, naming where to end the range); a paused task is InvalidState."""
+        if not isinstance(dry_run, bool):
+            raise InvalidDefinition(
+                "The backfill is invalid.", errors={"dry_run": ["Must be true or false."]}
+            )
+        task_id = _task_id(task_id)
+        with storage_errors():
+            now = timezone.now()
+            found = backfill.plan(task_id, start, end, now)
+            if dry_run:
+                return [
+                    occurrences.scheduled(found.task, fire, now, Status.PENDING, source=backfill.SOURCE)
+                    for fire in found.fire_times
+                ]
+            return backfill.create(found, now)
 
     def task_history(
         self, task_id: str, limit: int = listing.DEFAULT_LIMIT, offset: int = 0

@@ -27,6 +27,7 @@ from django.utils.text import capfirst
 from django.utils.translation import ngettext
 
 from scheduler_app.admin import display, task_health
+from scheduler_app.admin.backfill import backfill
 from scheduler_app.admin.changes import table as changes_table
 from scheduler_app.admin.common import ObjectActions, acting, actor, tell
 from scheduler_app.admin.crontext import describe
@@ -132,7 +133,7 @@ class TaskAdmin(ObjectActions):
         "idempotent",
     )
     search_fields = ("id", "name", "description")
-    actions = ["run_now", "run_at", "pause", "resume"]
+    actions = ["run_now", "run_at", backfill, "pause", "resume"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
         return task_health.annotate(super().get_queryset(request), timezone.now())

@@ -245,6 +245,19 @@ class PauseSerializer(PassThroughSerializer):
     )
 
 
+class BackfillSerializer(PassThroughSerializer):
+    converted = ("start", "end")
+
+    start = serializers.DateTimeField(
+        help_text="The range's first instant (ISO 8601 with an offset; without one it is read in the "
+        "site's TIME_ZONE)."
+    )
+    end = serializers.DateTimeField(help_text="The range's end, left out of it.")
+    dry_run = serializers.BooleanField(
+        required=False, default=True, help_text="True (the default): only list what would be created."
+    )
+
+
 class BatchTriggerSerializer(PassThroughSerializer):
     """One trigger of a batch: the batch has one source."""
 
@@ -381,6 +394,16 @@ class NextRunsSerializer(serializers.Serializer):
     timezone = serializers.CharField(help_text="IANA name; empty is UTC.")
     enabled = serializers.BooleanField(help_text="A disabled task has fire times but does not run them.")
     next_runs = FireTimeSerializer(many=True)
+
+
+class BackfilledSerializer(serializers.Serializer):
+    """What a backfill found: the fire times without an execution, and what it created of them."""
+
+    task_id = serializers.CharField()
+    dry_run = serializers.BooleanField(help_text="True: nothing was written.")
+    count = serializers.IntegerField(help_text="How many fire times a dry run found, or this call created.")
+    fire_times = FireTimeSerializer(many=True)
+    executions = ExecutionSerializer(many=True, help_text="The executions created, oldest first.")
 
 
 class TaskHistorySerializer(serializers.Serializer):

@@ -24,6 +24,8 @@ from scheduler_app.api import errors, permissions
 from scheduler_app.api.parsers import JSONParser
 from scheduler_app.api.schema import auto_schema, described, document, example
 from scheduler_app.api.serializers import (
+    BackfilledSerializer,
+    BackfillSerializer,
     ErrorSerializer,
     ExecutionDetailSerializer,
     ExecutionPageSerializer,
@@ -173,6 +175,7 @@ class TaskViewSet(SchedulerViewSet):
         "destroy": ("scheduler_app.delete_task",),
         "trigger": ("scheduler_app.add_execution",),
         "trigger_many": ("scheduler_app.add_execution",),
+        "backfill": ("scheduler_app.add_execution",),
         "history": ("scheduler_app.view_task",),
         "next_runs": ("scheduler_app.view_task",),
         # Pausing and resuming change enabled: as a PATCH of it does.
@@ -321,6 +324,46 @@ class TaskViewSet(SchedulerViewSet):
         ]
         found = {"task_id": task.id, "cron": task.cron, "timezone": task.timezone, "enabled": task.enabled}
         return Response(NextRunsSerializer({**found, "next_runs": runs}).data)
+
+    @document(
+        request=BackfillSerializer,
+        responses={
+            200: described(BackfilledSerializer, "A dry run's fire times, or a backfill that created none."),
+            202: described(BackfilledSerializer, "The executions created, pending, to run in turn."),
+            **_errors(400, 404, 415),
+            409: described(
+                ErrorSerializer,
+                "The task is paused (scheduler:042), or changed during the backfill (scheduler:041).",
+            ),
+        },
+        examples=example(
+            "preview a night", {"start": "2026-03-01T00:00:00+01:00", "end": "2026-03-02T00:00:00+01:00"}
+        ),
+    )
+    @action(detail=True, methods=["post"])
+    def backfill(self, request: Request, pk: str) -> Response:
+        """The task's fire times in [start, end) that have no execution and that the runners have
+        passed: listed (dry_run, the default) or created as the scheduled occurrences they would
+        have been, at most 1,000 per call."""
+        task = self.get_object()
+        serializer = BackfillSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        values = serializer.validated_data
+        dry_run = values.get("dry_run", True)
+        with self.acting():
+            executions = scheduler.backfill(task.id, values.get("start"), values.get("end"), dry_run=dry_run)
+        # The schedule was evaluated in this zone: the zone database knows it.
+        zone = ZoneInfo(task.timezone or "UTC")
+        fire_times = [e.scheduled_for for e in executions if e.scheduled_for is not None]
+        data = {
+            "task_id": task.id,
+            "dry_run": dry_run,
+            "count": len(executions),
+            "fire_times": [{"at": at, "local": at.astimezone(zone).isoformat()} for at in fire_times],
+            "executions": [] if dry_run else executions,
+        }
+        code = status.HTTP_202_ACCEPTED if executions and not dry_run else status.HTTP_200_OK
+        return Response(BackfilledSerializer(data).data, status=code)
 
     @document(parameters=[WindowQuerySerializer], responses={200: TaskHistorySerializer, **_errors(400, 404)})
     @action(detail=True)

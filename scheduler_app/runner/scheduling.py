@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import transaction
 
-from scheduler_app import journal, schedule
+from scheduler_app import journal, occurrences, schedule
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.models import (
     Execution,
@@ -130,58 +129,16 @@ def _last_fire_before(task: Task, until: datetime, floor: datetime) -> datetime 
         window *= 2
 
 
+def _record(missed: Missed | None) -> dict[str, Any] | None:
+    return missed.record() if missed else None
+
+
 def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'s' if count != 1 else ''}"
-
-
-def _new_execution(
-    task: Task,
-    scheduled_for: datetime,
-    now: datetime,
-    status: str,
-    missed: Missed | None = None,
-    occurrence_id: uuid.UUID | None = None,
-) -> Execution:
-    occurrence_id = occurrence_id or scheduled_occurrence_id(task.id, scheduled_for)
-    return Execution(
-        occurrence_id=occurrence_id,
-        task_id=task.id,
-        task_revision=task.revision,
-        trigger_type=TriggerType.SCHEDULED,
-        trigger_source="cron",
-        scheduled_for=scheduled_for,
-        due_at=scheduled_for + schedule.jitter(task.jitter_seconds, occurrence_id),
-        missed_fire_times=missed.record() if missed else None,
-        params=dict(task.params),
-        status=status,
-        max_attempts=task.retry_max_attempts,
-        created_at=now,
-        updated_at=now,
-        finished_at=now if status == Status.INTERRUPTED else None,
-    )
-
-
-def _insert(executions: list[Execution]) -> list[Execution]:
-    """Insert new occurrences; the unique occurrence_id makes a repeated insert a no-op."""
-    if connection.features.can_return_rows_from_bulk_insert:
-        try:
-            with transaction.atomic():
-                return Execution.objects.bulk_create(executions)
-        except IntegrityError:
-            pass
-    created = []
-    for execution in executions:
-        try:
-            with transaction.atomic():
-                execution.save(force_insert=True)
-        except IntegrityError:
-            continue
-        created.append(execution)
-    return created
 
 
 def _move_next_run(tasks: list[Task]) -> None:
@@ -234,12 +191,12 @@ def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, s
                     f"misfire: missed {_plural(missed.count, 'fire time')} between "
                     f"{missed.first:%Y-%m-%dT%H:%MZ} and {missed.last:%Y-%m-%dT%H:%MZ}"
                 )
-                record = _new_execution(
+                record = occurrences.scheduled(
                     task,
                     missed.first,
                     now,
                     Status.INTERRUPTED,
-                    missed,
+                    missed.record(),
                     occurrence_id=missed_occurrence_id(task.id, missed.first),
                 )
                 record.due_at = missed.first
@@ -255,20 +212,28 @@ def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, s
                         if merged is not None:
                             reason += f", merging {_plural(merged.count, 'missed fire time')}"
                         rows.append(
-                            (_new_execution(task, fire, now, Status.PENDING, merged), task.name, reason)
+                            (
+                                occurrences.scheduled(task, fire, now, Status.PENDING, _record(merged)),
+                                task.name,
+                                reason,
+                            )
                         )
                         waiting[task.id] = waiting.get(task.id, 0) + 1
                     else:
                         overlap = f"overlap: {task.max_concurrency} running or waiting, policy {task.overlap}"
                         rows.append(
-                            (_new_execution(task, fire, now, Status.INTERRUPTED, merged), task.name, overlap)
+                            (
+                                occurrences.scheduled(task, fire, now, Status.INTERRUPTED, _record(merged)),
+                                task.name,
+                                overlap,
+                            )
                         )
             task.next_run_at = step.next_run_at
         for execution, _, reason in rows:
             if execution.status == Status.INTERRUPTED:
                 execution.error = {"reason": reason.split(":", 1)[0], "message": reason}
         _move_next_run(tasks)
-        inserted = {row.occurrence_id for row in _insert([execution for execution, _, _ in rows])}
+        inserted = {row.occurrence_id for row in occurrences.insert([execution for execution, _, _ in rows])}
         created = [row for row in rows if row[0].occurrence_id in inserted]
         journal.append(
             journal.event(

@@ -1,0 +1,66 @@
+"""Scheduled occurrences: one built for a fire time of a task, and many inserted at once.
+
+The runner's scheduling of due minutes and a backfill both write them; the unique occurrence id
+(``scheduled_occurrence_id``) makes a second insert of one fire time a no-op, whoever writes it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+
+from scheduler_app import schedule
+from scheduler_app.models import Execution, Status, Task, TriggerType, scheduled_occurrence_id
+
+
+def scheduled(
+    task: Task,
+    scheduled_for: datetime,
+    now: datetime,
+    status: str,
+    missed: dict[str, Any] | None = None,
+    *,
+    occurrence_id: uuid.UUID | None = None,
+    source: str = "cron",
+) -> Execution:
+    """An unsaved occurrence of ``task`` for its fire time ``scheduled_for``, due at that time
+    plus its jitter; ``missed`` is the record of the fire times it stands for besides its own."""
+    occurrence_id = occurrence_id or scheduled_occurrence_id(task.id, scheduled_for)
+    return Execution(
+        occurrence_id=occurrence_id,
+        task_id=task.id,
+        task_revision=task.revision,
+        trigger_type=TriggerType.SCHEDULED,
+        trigger_source=source,
+        scheduled_for=scheduled_for,
+        due_at=scheduled_for + schedule.jitter(task.jitter_seconds, occurrence_id),
+        missed_fire_times=missed,
+        params=dict(task.params),
+        status=status,
+        max_attempts=task.retry_max_attempts,
+        created_at=now,
+        updated_at=now,
+        finished_at=now if status == Status.INTERRUPTED else None,
+    )
+
+
+def insert(executions: list[Execution]) -> list[Execution]:
+    """Insert new occurrences; the ones whose occurrence id exists already are left out."""
+    if connection.features.can_return_rows_from_bulk_insert:
+        try:
+            with transaction.atomic():
+                return Execution.objects.bulk_create(executions)
+        except IntegrityError:
+            pass
+    created = []
+    for execution in executions:
+        try:
+            with transaction.atomic():
+                execution.save(force_insert=True)
+        except IntegrityError:
+            continue
+        created.append(execution)
+    return created
