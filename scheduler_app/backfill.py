@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
-from scheduler_app import audit, journal, occurrences, schedule, wakeup
+from scheduler_app import audit, occurrences, schedule, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import Conflict, InvalidDefinition, InvalidState, TaskNotFound
 from scheduler_app.models import Execution, Status, Task, scheduled_occurrence_id
@@ -107,13 +107,10 @@ def create(found: Plan, now: datetime) -> list[Execution]:
             raise TaskNotFound()
         if task.revision != found.task.revision:
             raise Conflict(f"Task {task.id!r} changed during the backfill: run it again.")
-        created = occurrences.insert(
-            [
-                occurrences.scheduled(task, fire, now, Status.PENDING, source=SOURCE)
-                for fire in found.fire_times
-            ]
-        )
-        journal.append(journal.event(e.sequence, now, "", Status.PENDING, reason) for e in created)
+        planned = [
+            occurrences.scheduled(task, fire, now, Status.PENDING, source=SOURCE) for fire in found.fire_times
+        ]
+        created = occurrences.insert([(execution, reason) for execution in planned], "", now)
     if created:
         wakeup.notify()
     return created

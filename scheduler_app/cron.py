@@ -212,12 +212,13 @@ def is_fixed_time(cron: str) -> bool:
 
 def next_fire_time(cron: str, timezone: str, after: datetime) -> datetime:
     """Return the first fire time strictly after ``after``, in UTC."""
-    spec, zone = _parse(cron), _zone(timezone)
+    # A bad expression or zone is InvalidCron before a bad instant is a ValueError.
+    _parse(cron), _zone(timezone)
     low = _first_candidate(after)
-    found = next(_fires(spec, zone, low, _years_later(low, _SEARCH_YEARS)), None)
+    found = _next_fire(cron, timezone, low)
     if found is None:
         raise ValueError(f"The expression does not fire within {_SEARCH_YEARS} years after {after}.")
-    return found.replace(tzinfo=UTC)
+    return found
 
 
 def matches(cron: str, timezone: str, instant: datetime) -> bool:
@@ -240,8 +241,30 @@ def fire_times(
     low, high = _first_candidate(after), _end_bound(until)
     if high <= low:
         return []
+    if high - low <= _CACHED_SPAN:
+        return list(_recent_fires(cron, timezone, low, high, limit))
     found = _fires(spec, zone, low, high)
     return [moment.replace(tzinfo=UTC) for moment in islice(found, limit)]
+
+
+# The runners ask, for each due task, its fire times since its last and its next one: tasks that
+# share an expression and a zone (a thousand hourly reports) share the answers, in a few small
+# caches keyed by whole minutes.
+_CACHED_SPAN = timedelta(hours=1)
+
+
+@lru_cache(maxsize=1024)
+def _next_fire(cron: str, timezone: str, low: datetime) -> datetime | None:
+    found = next(_fires(_parse(cron), _zone(timezone), low, _years_later(low, _SEARCH_YEARS)), None)
+    return None if found is None else found.replace(tzinfo=UTC)
+
+
+@lru_cache(maxsize=1024)
+def _recent_fires(
+    cron: str, timezone: str, low: datetime, high: datetime, limit: int | None
+) -> tuple[datetime, ...]:
+    found = _fires(_parse(cron), _zone(timezone), low, high)
+    return tuple(moment.replace(tzinfo=UTC) for moment in islice(found, limit))
 
 
 def count_fire_times(cron: str, timezone: str, after: datetime, until: datetime) -> int:

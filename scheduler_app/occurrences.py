@@ -7,13 +7,13 @@ The runner's scheduling of due minutes and a backfill both write them; the uniqu
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
-
 from scheduler_app import schedule
 from scheduler_app.models import Execution, Status, Task, TriggerType, scheduled_occurrence_id
+from scheduler_app.statements import journal_statements
 
 
 def scheduled(
@@ -47,20 +47,9 @@ def scheduled(
     )
 
 
-def insert(executions: list[Execution]) -> list[Execution]:
-    """Insert new occurrences; the ones whose occurrence id exists already are left out."""
-    if connection.features.can_return_rows_from_bulk_insert:
-        try:
-            with transaction.atomic():
-                return Execution.objects.bulk_create(executions)
-        except IntegrityError:
-            pass
-    created = []
-    for execution in executions:
-        try:
-            with transaction.atomic():
-                execution.save(force_insert=True)
-        except IntegrityError:
-            continue
-        created.append(execution)
-    return created
+def insert(rows: Sequence[tuple[Execution, str]], node: str, now: datetime) -> list[Execution]:
+    """Insert new occurrences, each with its creation event (the reason given with it); those whose
+    occurrence id exists already are left out. The inserted ones, with their sequence."""
+    if not rows:
+        return []
+    return journal_statements().insert_scheduled(rows, node, now)

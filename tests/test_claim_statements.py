@@ -138,3 +138,46 @@ def test_a_claim_reads_due_rows_in_index_order_and_no_more_than_it_locks(clock, 
         n for n in every if n.get("Relation Name") == "scheduler_app_execution" and n.get("Alias") == "e"
     ]
     assert scan["Actual Rows"] <= 40
+
+
+def schedule_workload(clock) -> list[dict[str, Any]]:
+    """Occurrences of every kind the scheduling step writes, and a second pass that finds them written:
+    a run merging missed fire times, a misfire record, overlap skips, jitter, params; then every
+    column of every row and its events."""
+    scheduler.register(definition("merged", misfire_grace_seconds=300, params={"k": [1, {"a": None}]}))
+    scheduler.register(definition("jittered", cron="*/5 * * * *", jitter_seconds=90))
+    scheduler.register(definition("busy", overlap="skip"))
+    scheduler.trigger("busy")
+    claims.claim(clock.now(), "node-a", 1, 600)
+    clock.advance(10 * 60 + 30)
+    scheduling.schedule_due(clock.now(), "node-z")
+    Task.objects.update(next_run_at=clock.now() - timedelta(minutes=2))
+    scheduling.schedule_due(clock.now(), "node-z")
+    rows = []
+    for row in Execution.objects.exclude(trigger_type="manual").order_by(
+        "task_id", "scheduled_for", "status"
+    ):
+        values = {f.attname: getattr(row, f.attname) for f in Execution._meta.concrete_fields}
+        values.pop("sequence")
+        values["events"] = [
+            (e.at, e.from_status, e.to_status, e.reason, e.node, e.attempt, e.result, e.error)
+            for e in ExecutionEvent.objects.filter(execution_id=row.sequence).order_by("id")
+        ]
+        rows.append(values)
+    return rows
+
+
+def test_the_fixed_statement_schedules_what_the_orm_schedules(clock, monkeypatch):
+    if statements.journal_statements() is statements.ORM:
+        pytest.skip("the fixed scheduling statement is PostgreSQL's")
+    start = clock.now()
+    fast = schedule_workload(clock)
+    for model in (ExecutionEvent, Execution, Task):
+        model.objects.all().delete()
+    clock.set(start)
+    monkeypatch.setattr(connection, statements.ATTRIBUTE, statements.ORM)
+    assert schedule_workload(clock) == fast
+    reasons = [event[3] for row in fast for event in row["events"]]
+    assert "scheduled, merging 4 missed fire times" in reasons
+    assert any(reason.startswith("misfire: missed") for reason in reasons)
+    assert any(reason.startswith("overlap") for reason in reasons)

@@ -949,3 +949,14 @@ def _every(minute: int, hour: int) -> tuple[frozenset[int], ...]:
         frozenset(range(1, 13)),
         frozenset(range(7)),
     )
+
+
+def test_fire_times_shared_by_tasks_come_from_a_cache_that_a_caller_cannot_change():
+    after = datetime(2026, 3, 2, 9, 0, 30, tzinfo=UTC)
+    first = cron.fire_times("*/5 * * * *", "Europe/Berlin", after, after + timedelta(minutes=30))
+    first.append(after)
+    again = cron.fire_times(
+        "*/5 * * * *", "Europe/Berlin", after + timedelta(seconds=10), after + timedelta(minutes=30)
+    )
+    assert again == [datetime(2026, 3, 2, 9, m, tzinfo=UTC) for m in (5, 10, 15, 20, 25, 30)]
+    assert cron.next_fire_time("*/5 * * * *", "Europe/Berlin", after) == again[0]

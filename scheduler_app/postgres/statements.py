@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from scheduler_app.models import Execution, Task
-from scheduler_app.postgres import batch, binding, claims, notify, trigger
+from scheduler_app.postgres import batch, binding, claims, notify, scheduled, trigger
 from scheduler_app.statements.orm import Statements
 
 if TYPE_CHECKING:
@@ -55,6 +55,11 @@ class PostgresStatements(Statements):
 
     def finish_batch(self, finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
         return batch.finish(finishes, node, now)
+
+    def insert_scheduled(
+        self, rows: Sequence[tuple[Execution, str]], node: str, now: datetime
+    ) -> list[Execution]:
+        return scheduled.insert(rows, node, now)
 
     def insert_manual(
         self, execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime

@@ -50,7 +50,7 @@ FROM_CALLER = {
 EVENT_FROM_CALLER = {"at": "now", "reason": "reason"}
 
 
-def _literal(field: Field[Any, Any], value: Any, connection: Any) -> str:
+def literal(field: Field[Any, Any], value: Any, connection: Any) -> str:
     """A constant of ours as SQL text, cast to its column's type."""
     if value is None:
         text = "NULL"
@@ -82,14 +82,14 @@ def _inserts(per_row: dict[str, str], rows: str, returned: str, conflict: str) -
         elif f.attname in FROM_CALLER:
             values.append(f"%({FROM_CALLER[f.attname]})s")
         else:
-            values.append(_literal(f, getattr(template, f.attname), connection))
+            values.append(literal(f, getattr(template, f.attname), connection))
     event = journal.event(0, datetime.now(), "", Status.PENDING, "")
     event_fields = [f for f in ExecutionEvent._meta.concrete_fields if not f.primary_key]
     assert event_fields[0].attname == "execution_id"
     event_values = [
         f"%({EVENT_FROM_CALLER[f.attname]})s"
         if f.attname in EVENT_FROM_CALLER
-        else _literal(f, getattr(event, f.attname), connection)
+        else literal(f, getattr(event, f.attname), connection)
         for f in event_fields[1:]
     ]
     return (

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import transaction
 
-from scheduler_app import journal, occurrences, schedule
+from scheduler_app import occurrences, schedule
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.models import (
     Execution,
@@ -96,6 +96,8 @@ def plan(task: Task, now: datetime, default_grace: int) -> Plan:
 
 
 def _due(task: Task, fire: datetime) -> datetime:
+    if not task.jitter_seconds:
+        return fire
     return fire + schedule.jitter(task.jitter_seconds, scheduled_occurrence_id(task.id, fire))
 
 
@@ -233,12 +235,9 @@ def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, s
             if execution.status == Status.INTERRUPTED:
                 execution.error = {"reason": reason.split(":", 1)[0], "message": reason}
         _move_next_run(tasks)
-        inserted = {row.occurrence_id for row in occurrences.insert([execution for execution, _, _ in rows])}
+        inserted = {
+            row.occurrence_id
+            for row in occurrences.insert([(execution, reason) for execution, _, reason in rows], node, now)
+        }
         created = [row for row in rows if row[0].occurrence_id in inserted]
-        journal.append(
-            journal.event(
-                execution.sequence, now, "", execution.status, reason, node=node, error=execution.error
-            )
-            for execution, _, reason in created
-        )
     return created, len(tasks) >= BATCH

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, CharField, F, Field, OuterRef, Subquery, Value, When
 from django.db.models.functions import Cast, Concat
 
@@ -163,6 +163,21 @@ class Statements:
                 )
         return {f.attempt.claim.execution.sequence for f in owned}
 
+    # -- scheduled occurrences ------------------------------------------------------------------
+
+    def insert_scheduled(
+        self, rows: Sequence[tuple[Execution, str]], node: str, now: datetime
+    ) -> list[Execution]:
+        """Insert new scheduled occurrences, each with its creation event (``reason``); those whose
+        occurrence id exists already are left out. The inserted ones, with their sequence."""
+        reasons = {execution.occurrence_id: reason for execution, reason in rows}
+        created = _insert([execution for execution, _ in rows])
+        journal.append(
+            journal.event(e.sequence, now, "", e.status, reasons[e.occurrence_id], node=node, error=e.error)
+            for e in created
+        )
+        return created
+
     # -- a manual trigger ---------------------------------------------------------------------
 
     def insert_manual(
@@ -185,6 +200,26 @@ class Statements:
         executions inserted and the occurrence ids left out (their key was used before with the same
         params). None (nothing written) sends the caller to the ORM path of ``scheduler_app.triggers``."""
         return None
+
+
+def _insert(executions: list[Execution]) -> list[Execution]:
+    """Insert in one statement where the database returns the new keys, else row by row; a row
+    whose occurrence id exists is left out."""
+    if connection.features.can_return_rows_from_bulk_insert:
+        try:
+            with transaction.atomic():
+                return Execution.objects.bulk_create(executions)
+        except IntegrityError:
+            pass
+    created = []
+    for execution in executions:
+        try:
+            with transaction.atomic():
+                execution.save(force_insert=True)
+        except IntegrityError:
+            continue
+        created.append(execution)
+    return created
 
 
 def _saturated_task_ids() -> list[str]:
