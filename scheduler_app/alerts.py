@@ -4,6 +4,8 @@ and, when ALERTS asks for it, a mail to the ADMINS, at most one per kind and int
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -63,12 +65,32 @@ def mail_the_admins(sender: Any, execution: Execution, now: datetime, signal: An
             " the admin's executions list (filtered by status) shows them all.",
         ]
     )
+    # Sent on a thread of its own: a mail server that hangs must not hold up the runner's claims
+    # and heartbeats (Django's EMAIL_TIMEOUT is None by default).
+    sender_thread = threading.Thread(
+        target=_send, args=(subject, body, execution.occurrence_id), name="scheduler-alert-mail", daemon=True
+    )
+    sender_thread.start()
+    SENDING[:] = [thread for thread in SENDING if thread.is_alive()]
+    SENDING.append(sender_thread)
+
+
+# The mails being sent, for a caller (a test, a command) that must wait for them: join_mail().
+SENDING: list[threading.Thread] = []
+
+
+def join_mail(timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for the alert mails being sent."""
+    deadline = time.monotonic() + timeout
+    while SENDING:
+        SENDING.pop().join(max(0.0, deadline - time.monotonic()))
+
+
+def _send(subject: str, body: str, occurrence_id: Any) -> None:
     try:
         mail_admins(subject, body)
     except Exception as exc:  # a mail server down must not fail the attempt's follow-up
-        logger.warning(
-            "the alert mail for %s could not be sent: %s", execution.occurrence_id, type(exc).__name__
-        )
+        logger.warning("the alert mail for %s could not be sent: %s", occurrence_id, type(exc).__name__)
 
 
 def _admin_link(execution: Execution, base_url: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 from django.core import mail
 from django.test import override_settings
 
-from scheduler_app import scheduler, signals
+from scheduler_app import alerts, scheduler, signals
 from scheduler_app.models import Execution
 from tests.factories import definition, expire_lease, inline_runner
 
@@ -68,6 +68,39 @@ def test_an_execution_recovered_unknown_is_signalled(clock, received):
     assert received == [("unknown", execution.occurrence_id, "unknown")]
 
 
+def test_an_idempotent_execution_whose_lease_expired_runs_again_and_is_not_signalled(clock, received):
+    scheduler.register(definition(cron="0 0 1 1 *", idempotent=True, retry={"max_attempts": 3}))
+    scheduler.trigger("report")
+    runner = inline_runner(clock)
+    expire_lease(clock)
+    runner.tick()
+    runner.tick()
+    execution = Execution.objects.get()
+    assert (execution.status, execution.attempt) == ("success", 2)
+    assert received == []
+
+
+@override_settings(SCHEDULER_APP=MAIL_BOTH, ADMINS=ADMINS)
+def test_a_mail_server_that_hangs_does_not_hold_up_the_runner(clock, monkeypatch):
+    import threading
+
+    release = threading.Event()
+    sent: list[str] = []
+
+    def hanging_mail(subject, body):
+        release.wait(30)
+        sent.append(subject)
+
+    monkeypatch.setattr(alerts, "mail_admins", hanging_mail)
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    scheduler.trigger("report", params={"fail": True})
+    inline_runner(clock).tick()
+    assert Execution.objects.get().status == "failed" and sent == []
+    release.set()
+    alerts.join_mail(10)
+    assert sent == ["scheduler: report failed with no attempt left"]
+
+
 def test_a_receiver_that_raises_does_not_stop_the_runner(clock, caplog):
     def broken(**kwargs):
         raise RuntimeError("the pager is down")
@@ -93,6 +126,7 @@ def test_admins_get_one_mail_per_status_and_interval_with_a_link(clock):
     second = scheduler.trigger("report", params={"fail": True})
     runner.tick()
     assert Execution.objects.filter(status="failed").count() == 2
+    alerts.join_mail(10)
     assert len(mail.outbox) == 1
     message = mail.outbox[0]
     assert message.to == ["ops@example.com"] and "report failed with no attempt left" in message.subject
@@ -102,10 +136,12 @@ def test_admins_get_one_mail_per_status_and_interval_with_a_link(clock):
     clock.advance(301)
     scheduler.trigger("report", params={"fail": True})
     runner.tick()
+    alerts.join_mail(10)
     assert len(mail.outbox) == 2
     scheduler.trigger("report", idempotency_key="u")
     expire_lease(clock)
     runner.tick()
+    alerts.join_mail(10)
     assert len(mail.outbox) == 3 and mail.outbox[-1].subject.endswith("scheduler: report is unknown")
 
 
@@ -114,4 +150,5 @@ def test_no_mail_unless_alerts_ask_for_it(clock):
     scheduler.register(definition(cron="0 0 1 1 *"))
     scheduler.trigger("report", params={"fail": True})
     inline_runner(clock).tick()
+    alerts.join_mail(10)
     assert Execution.objects.get().status == "failed" and mail.outbox == []

@@ -341,7 +341,8 @@ class SchedulerLoop:
         if probe.next_lease_expiry is not None and probe.next_lease_expiry < now:
             for ended in claims.recover_expired(now, self.node_id):
                 self._write_log(ended.execution, ended.task_name, ended.log_status)
-                alerts.ended(ended.execution, ended.log_status, now)
+                # The attempt's log row says unknown; an idempotent execution put back to pending is not.
+                alerts.ended(ended.execution, ended.execution.status, now)
             worked = True
         self._claimed_nothing = False
         if due and not self._stopping.is_set() and self._needs_work():
