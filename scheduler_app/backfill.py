@@ -6,7 +6,8 @@ runner catching up can create it twice. A fire time has an execution when its ow
 exists, whatever its state (one skipped by the overlap policy included), or when coalescing
 merged it into a later fire time's occurrence (``missed_fire_times``); the fire times a misfire
 skipped have none. Only fire times the runners have passed are backfilled: those before the
-task's next run (and before now); later ones are the runners' to create.
+task's next run (and before now); later ones are the runners' to create. With journal retention
+on, only fire times within it: an older one may have run and its execution been pruned.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Plan:
 
 def plan(task_id: str, start: Any, end: Any, now: datetime) -> Plan:
     """The fire times in [start, end) that have no execution and that the runners have passed."""
-    errors = range_errors(start, end)
+    errors = range_errors(start, end) or _retention_errors(start, now)
     if errors:
         raise InvalidDefinition("The backfill is invalid.", errors=errors)
     task = Task.objects.filter(id=task_id).first()
@@ -127,6 +128,20 @@ def range_errors(start: Any, end: Any) -> dict[str, list[str]]:
     if not errors and start >= end:
         errors["end"] = ["Must be after start."]
     return errors
+
+
+def _retention_errors(start: datetime, now: datetime) -> dict[str, list[str]]:
+    """A fire time older than the journal's retention may have run and its execution been pruned
+    since: it cannot be told from one that never ran."""
+    days = scheduler_settings.JOURNAL_RETENTION_DAYS
+    if days and start < now - timedelta(days=days):
+        return {
+            "start": [
+                f"Must be at most {days} days ago (JOURNAL_RETENTION_DAYS): an older fire time may have "
+                "run and its execution been pruned since."
+            ]
+        }
+    return {}
 
 
 def _covered(task_id: str, fires: list[datetime]) -> Any:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler_app import cron, schedule
+from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import InvalidCron, InvalidDefinition
 from scheduler_app.values import is_int, short_text
 
@@ -283,8 +284,18 @@ def validate_fields(data: dict[str, Any], errors: Errors) -> dict[str, Any]:
             errors.setdefault("misfire_grace_seconds", []).append(
                 "Must be null or an integer number of seconds from 1 to 31 days."
             )
+        elif value is not None and value >= (_retention_seconds() or math.inf):
+            # A runner looking back that far could find a fire time whose execution retention deleted.
+            errors.setdefault("misfire_grace_seconds", []).append(
+                "Must be shorter than the journal's retention (JOURNAL_RETENTION_DAYS)."
+            )
         values["misfire_grace_seconds"] = value
     return values
+
+
+def _retention_seconds() -> int | None:
+    days = scheduler_settings.JOURNAL_RETENTION_DAYS
+    return int(days) * 86400 if is_int(days) and days > 0 else None
 
 
 def _instant(errors: Errors, field: str, value: Any) -> datetime | None:

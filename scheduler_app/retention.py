@@ -1,5 +1,6 @@
 """What is kept and for how long: the journal (JOURNAL_RETENTION_DAYS) and the logs (MAX_LOGS,
-RETENTION_DAYS), pruned by one runner of the cluster at a time, at most once a minute each."""
+RETENTION_DAYS), pruned by one runner of the cluster at a time, at most once a minute each; the
+rows of runners not seen for RUNNER_RETENTION, at most once an hour."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.db import router, transaction
 
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.logs import log_alias
-from scheduler_app.models import TERMINAL, Execution, ExecutionEvent, ExecutionLog, MaintenanceMark
+from scheduler_app.models import TERMINAL, Execution, ExecutionEvent, ExecutionLog, MaintenanceMark, Runner
 
 logger = logging.getLogger("scheduler_app")
 
@@ -23,6 +24,12 @@ JOURNAL_MARK = "journal-retention"
 JOURNAL_BATCH = 1000
 # Seconds one turn may spend deleting; the rest waits for the next turn, a minute later.
 JOURNAL_BUDGET_SECONDS = 10.0
+RUNNER_MARK = "runner-retention"
+# A runner not seen for this long is history (each restart adds a row: the node id is host:pid):
+# its row goes, so that health checks, metrics and the dashboard read a bounded table.
+RUNNER_RETENTION = timedelta(days=7)
+RUNNER_EVERY = timedelta(hours=1)
+_next_runner_turn = 0.0
 
 
 @dataclass(frozen=True)
@@ -45,9 +52,21 @@ def take_turn(name: str, now: datetime, every: timedelta = EVERY) -> bool:
 
 
 def prune(now: datetime) -> None:
-    """Both chores, each when its settings ask for it and its turn has come."""
+    """Every chore, each when its settings ask for it and its turn has come."""
     prune_logs(now)
     prune_journal(now)
+    global _next_runner_turn
+    # Asked at most once an hour by each runner: an idle one sends no statement for it otherwise.
+    if time.monotonic() >= _next_runner_turn:
+        _next_runner_turn = time.monotonic() + RUNNER_EVERY.total_seconds()
+        prune_runners(now)
+
+
+def prune_runners(now: datetime) -> int:
+    """Delete the rows of runners last seen more than RUNNER_RETENTION ago; how many went."""
+    if not take_turn(RUNNER_MARK, now, RUNNER_EVERY):
+        return 0
+    return int(Runner.objects.filter(last_seen_at__lt=now - RUNNER_RETENTION).delete()[0])
 
 
 def prune_logs(now: datetime) -> int:

@@ -211,6 +211,26 @@ def test_a_backfill_needs_an_aware_range_that_ends_after_it_starts(clock, start,
     assert refused.value.errors == errors
 
 
+def test_with_journal_retention_a_backfill_starts_within_it(clock, settings):
+    from scheduler_app import retention
+
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "JOURNAL_RETENTION_DAYS": 30}
+    scheduler.register(definition(cron="0 9 * * *"))
+    Task.objects.update(next_run_at=T0 + timedelta(days=41))
+    clock.set(T0 + timedelta(days=10))
+    assert len(scheduler.backfill("report", T0, T0 + timedelta(days=5), dry_run=False)) == 5
+    Execution.objects.update(status=Status.SUCCESS, finished_at=T0 + timedelta(days=5))
+    clock.set(T0 + timedelta(days=40))
+    retention.prune_journal(clock.now())
+    assert not Execution.objects.exists()
+    # Those fire times ran; their executions are gone: a backfill must not run them again.
+    with pytest.raises(InvalidDefinition) as refused:
+        scheduler.backfill("report", T0, T0 + timedelta(days=5))
+    assert refused.value.errors["start"][0].startswith("Must be at most 30 days ago (JOURNAL_RETENTION_DAYS)")
+    planned = scheduler.backfill("report", clock.now() - timedelta(days=30), clock.now())
+    assert planned[0].scheduled_for == T0 + timedelta(days=10)
+
+
 def test_a_backfill_of_a_missing_or_paused_task_is_refused(clock):
     with pytest.raises(TaskNotFound):
         scheduler.backfill("nope", T0 - MINUTE, T0)

@@ -142,3 +142,39 @@ def test_a_runner_with_workers_prunes_on_a_thread_of_its_own(clock):
     finally:
         runner.stop()
     assert not ExecutionLog.objects.filter(occurrence_id=old.occurrence_id).exists()
+
+
+def test_a_task_grace_must_be_shorter_than_the_journal_retention(settings):
+    from scheduler_app import scheduler
+    from scheduler_app.exceptions import InvalidDefinition
+    from tests.factories import definition
+
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "JOURNAL_RETENTION_DAYS": 2}
+    with pytest.raises(InvalidDefinition) as refused:
+        scheduler.register(definition(misfire_grace_seconds=2 * 86400))
+    assert refused.value.errors == {
+        "misfire_grace_seconds": ["Must be shorter than the journal's retention (JOURNAL_RETENTION_DAYS)."]
+    }
+    assert scheduler.register(definition(misfire_grace_seconds=2 * 86400 - 1)).misfire_grace_seconds == 172799
+
+
+def test_the_rows_of_runners_not_seen_for_a_week_go_once_an_hour():
+    from datetime import UTC, datetime
+
+    from scheduler_app.models import Runner
+
+    now = datetime(2026, 3, 20, 9, 0, tzinfo=UTC)
+    for node, age in (("gone", timedelta(days=8)), ("recent", timedelta(days=6)), ("alive", timedelta(0))):
+        Runner.objects.create(
+            node_id=node,
+            host="h",
+            pid=1,
+            started_at=now - age,
+            last_seen_at=now - age,
+            silent_after=now - age,
+        )
+    assert retention.prune_runners(now) == 1
+    assert sorted(Runner.objects.values_list("node_id", flat=True)) == ["alive", "recent"]
+    Runner.objects.filter(node_id="recent").update(last_seen_at=now - timedelta(days=9))
+    assert retention.prune_runners(now + timedelta(minutes=59)) == 0
+    assert retention.prune_runners(now + timedelta(hours=1)) == 1
