@@ -462,6 +462,48 @@ def pg_work() -> dict[str, int]:
     return out
 
 
+def pg_reset_statements() -> None:
+    """Empty pg_stat_statements, so that pg_top_statements() speaks of what follows."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_statements_reset()")
+
+
+def pg_top_statements(limit: int) -> list[dict[str, Any]]:
+    """The current database's statements that took the most execution time so far, from
+    pg_stat_statements: calls, total and mean milliseconds, rows, and the first 160 characters."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql" or limit <= 0:
+        return []
+    import psycopg
+
+    with psycopg.connect(
+        f"{pg_conninfo()} dbname={connection.settings_dict['NAME']}", autocommit=True
+    ) as conn:
+        try:
+            rows = conn.execute(
+                "SELECT calls, total_exec_time, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 160)"
+                " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
+                " WHERE datname = current_database()) AND query NOT LIKE '%%pg_stat%%'"
+                " ORDER BY total_exec_time DESC LIMIT %s",
+                [limit],
+            ).fetchall()
+        except psycopg.Error:
+            return []
+    return [
+        {
+            "calls": calls,
+            "total_ms": round(total, 1),
+            "mean_ms": round(total / max(calls, 1), 3),
+            "rows": n,
+            "query": q,
+        }
+        for calls, total, n, q in rows
+    ]
+
+
 def per_execution(before: dict[str, int], after: dict[str, int], executions: int) -> dict[str, float]:
     """Database work between two pg_work() readings, divided by ``executions``."""
     return {

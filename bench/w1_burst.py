@@ -37,7 +37,9 @@ from _common import (
     analyze,
     bench_database,
     per_execution,
+    pg_reset_statements,
     pg_stat_statements_ready,
+    pg_top_statements,
     pg_work,
     private_postgres,
     summary,
@@ -88,6 +90,8 @@ def one_size(args: argparse.Namespace, n: int) -> dict[str, Any]:
                 runner.sample_rss()
 
         wait_until(lambda: time.time() >= fire_at.timestamp() - 2, lead, 0.5, sample)
+        if args.top and statements:
+            pg_reset_statements()
         before = pg_work()
         done = wait_until(lambda: len(read_side_effects(folder)) >= n, args.timeout + 2, 0.2, sample)
         wait_until(
@@ -122,6 +126,7 @@ def one_size(args: argparse.Namespace, n: int) -> dict[str, Any]:
             "per_execution": per_execution(before, after, n),
             "pg_stat_statements": statements,
             "runner_exit_codes": exit_codes,
+            "top_statements": pg_top_statements(args.top),
         }
 
 
@@ -135,6 +140,7 @@ def main() -> None:
     parser.add_argument("--lead", type=float, default=40.0)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--shared-pg", action="store_true")
+    parser.add_argument("--top", type=int, default=0, help="print the N statements that took the most time")
     args = parser.parse_args()
     results: dict[str, Any] = {"runners": args.runners, "workers": args.workers or "default"}
     with ExitStack() as stack:
@@ -152,6 +158,10 @@ def main() -> None:
                 f" per runner {r['executions_per_runner']}; peak RSS {r['runner_peak_rss_mb']} MB;"
                 f" per execution {r['per_execution']}"
             )
+            for row in r["top_statements"]:
+                print(
+                    f"  {row['total_ms']:>9} ms {row['calls']:>6} calls {row['mean_ms']:>8} ms/call  {row['query']}"
+                )
     write_results("w1_burst", results)
 
 

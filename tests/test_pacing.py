@@ -113,3 +113,71 @@ def test_a_runner_whose_claims_find_the_due_rows_held_by_another_claim_ticks_hal
         assert Execution.objects.get(sequence=waiting.sequence).status == Status.PENDING
     # One tick per 1.5 gathers (a tick per gather would be 30).
     assert ticks <= elapsed / (1.5 * TRIGGER_GATHER) + 3, ticks
+
+
+def test_a_runner_that_claimed_claims_again_without_probing_until_the_probe_is_a_quarter_second_old(
+    monkeypatch,
+):
+    from scheduler_app import db
+    from scheduler_app.runner import loop
+
+    probes: list[float] = []
+    original_probe = db.probe
+
+    def counted_probe():
+        probes.append(time.monotonic())
+        return original_probe()
+
+    monkeypatch.setattr(db, "probe", counted_probe)
+    scheduler.register(definition("burst", cron="0 0 1 1 *", max_concurrency=10))
+    runner = loop.SchedulerLoop(node_id="pacing", workers=2)
+    runner.start()
+    try:
+        for key in "abcdef":
+            scheduler.trigger("burst", idempotency_key=key)
+        probes.clear()
+        assert runner.tick()  # probes, then claims up to 4 (two workers, one batch ahead)
+        assert len(probes) == 1
+        wait_for(lambda: runner._needs_work())
+        assert runner.tick()  # claims the rest without a probe
+        assert len(probes) == 1
+        wait_for(lambda: Execution.objects.filter(status=Status.SUCCESS).count() == 6)
+        # A claim that finds nothing probes, to learn when something comes due next.
+        assert not runner.tick()
+        assert len(probes) == 2
+        # So does a tick once the probe is older than PROBE_REUSE_SECONDS.
+        scheduler.trigger("burst", idempotency_key="g")
+        runner._claim_without_probe_until = time.monotonic() + 60
+        assert runner.tick()
+        assert len(probes) == 2
+        runner._claim_without_probe_until = time.monotonic() - 0.001
+        runner.tick()
+        assert len(probes) == 3
+    finally:
+        runner.shutdown()
+        runner.stop()
+
+
+def test_a_runner_with_more_tasks_to_schedule_probes_at_each_tick(monkeypatch, clock):
+    from scheduler_app import db
+    from scheduler_app.runner import loop, scheduling
+
+    probes: list[int] = []
+    original_probe = db.probe
+    monkeypatch.setattr(db, "probe", lambda: probes.append(1) or original_probe())
+    monkeypatch.setattr(scheduling, "BATCH", 2)
+    for i in range(5):
+        scheduler.register(definition(f"minute-{i}", cron="* * * * *", max_concurrency=10))
+    runner = loop.SchedulerLoop(node_id="pacing", workers=2, clock=clock)
+    runner.start()
+    try:
+        clock.advance(61)
+        probes.clear()
+        for _ in range(3):
+            runner.tick()
+        # Each tick scheduled a batch of two tasks and claimed: the next one probed again.
+        assert len(probes) == 3
+        assert Execution.objects.filter(trigger_type="scheduled").count() == 5
+    finally:
+        runner.shutdown()
+        runner.stop()

@@ -32,6 +32,10 @@ MAX_BACKOFF = 30.0
 TRIGGER_GATHER = 0.1
 # Wake this long after a known due instant, so the probe's clock has passed it.
 EVENT_SLACK = 0.002
+# How long after a probing tick that claimed the next ticks may claim without probing: the most a
+# busy runner delays a minute come due or an expired lease (bench/w1_burst.py --top showed the
+# probe, once per claim, as a fifth of PostgreSQL's time in a burst).
+PROBE_REUSE_SECONDS = 0.25
 DATABASE_ERRORS = (DatabaseError, InterfaceError)
 # Worker threads when WORKERS is None. Threads start as work arrives and end after a minute
 # without any (runner/workers.py), so an idle runner holds none. SQLite takes one write at a time:
@@ -106,6 +110,9 @@ class SchedulerLoop:
         self._next_event: float | None = None
         self._tick_started = 0.0
         self._claimed_nothing = False  # the last tick had due rows and claimed none of them
+        # Until when (monotonic) a tick may claim without probing first: set by a tick that claimed
+        # and left nothing else to do; see _probe_skippable.
+        self._claim_without_probe_until = 0.0
         self._shutdown_requested = False
         self.inline = inline
 
@@ -311,6 +318,13 @@ class SchedulerLoop:
         self.cancel_overdue()
         self.enforce_time_limits()
         db.drop_broken_connections()
+        if self._probe_skippable():
+            if not self._needs_work():
+                return False
+            if self.claim_and_dispatch(self.clock.now()):
+                return True
+            # Nothing left to claim: probe, to learn when something comes due next.
+            self._claim_without_probe_until = 0.0
         sent = time.monotonic()
         probe = db.probe()
         self.clock.observe(probe.now)
@@ -320,10 +334,13 @@ class SchedulerLoop:
         upcoming = [t for t in instants if t and t > now]
         self._next_event = self._local(min(upcoming)) + EVENT_SLACK if upcoming else None
         worked = False
+        # More tasks to resume or to schedule than one tick takes: the next tick probes again.
+        unfinished = False
         if probe.next_resume_at is not None and probe.next_resume_at <= now:
             # The resumed tasks fire from their next fire time on: the next tick's probe sees it.
             more = pauses.resume_ended(now, self.node_id)
             worked = True
+            unfinished = more
             if more:
                 self._wake.set()
         due = probe.next_due_at is not None and probe.next_due_at <= now
@@ -335,6 +352,7 @@ class SchedulerLoop:
                     self._write_log(execution, task_name, Status.INTERRUPTED)
                 else:
                     due = True
+            unfinished = unfinished or more
             if more:
                 # Claim this batch now and schedule the next one at once, not after every batch.
                 self._wake.set()
@@ -345,16 +363,30 @@ class SchedulerLoop:
                 alerts.ended(ended.execution, ended.execution.status, now)
             worked = True
         self._claimed_nothing = False
+        self._claim_without_probe_until = 0.0
         if due and not self._stopping.is_set() and self._needs_work():
             claimed = self.claim_and_dispatch(now)
             self._claimed_nothing = claimed == 0
             worked = claimed > 0 or worked
+            if claimed and not unfinished:
+                self._claim_without_probe_until = sent + min(self.tick_interval, PROBE_REUSE_SECONDS)
         if time.monotonic() - self._last_renewal >= self.heartbeat_seconds:
             self.renew_leases()
         if time.monotonic() - self._last_prune >= 60:
             self._last_prune = time.monotonic()
             self._prune(now)
         return worked
+
+    def _probe_skippable(self) -> bool:
+        """Whether this tick claims before it probes (when its workers have room), and probes only
+        when the claim finds nothing: a threaded runner whose last probing tick claimed, with
+        nothing else left to do (no more tasks to schedule or to resume), less than
+        PROBE_REUSE_SECONDS ago. While it claims this way a burst costs one probe per
+        PROBE_REUSE_SECONDS instead of one per claim; what the probe would have found meanwhile
+        (a minute come due, a lease expired) waits for the next probe, at most that long."""
+        return not (
+            self.inline or self._stopping.is_set() or time.monotonic() >= self._claim_without_probe_until
+        )
 
     def _prune(self, now: datetime) -> None:
         """Retention's turn: on a thread of its own in a runner with workers, so that claims go on
