@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from scheduler_app import scheduler
 from scheduler_app.admin.task_health import HEALTHS, RECENT_RUNS
-from scheduler_app.models import ExecutionLog, Task
+from scheduler_app.models import Execution, ExecutionLog, Task
 from tests.factories import definition
 from tests.test_admin import make_execution
 
@@ -84,6 +84,16 @@ def test_a_failed_attempt_waiting_for_its_retry_makes_the_task_failing_with_when
     (task,) = page.context["cl"].result_list
     assert (task.health, task.last_status, task.last_at) == ("failing", "failed", retried.updated_at)
     assert f"{retried.updated_at:%Y-%m-%d %H:%M:%S} UTC" in page.content.decode()
+
+
+def test_a_retry_that_runs_leaves_the_task_failing_until_it_ends(admin_client):
+    scheduler.register(definition("report"))
+    retry = make_execution("report", "running", attempt=2)
+    (task,) = admin_client.get(TASKS).context["cl"].result_list
+    assert (task.health, task.last_status, task.last_at) == ("failing", "failed", retry.updated_at)
+    Execution.objects.filter(sequence=retry.sequence).update(status="success", finished_at=retry.updated_at)
+    (task,) = admin_client.get(TASKS).context["cl"].result_list
+    assert (task.health, task.last_status) == ("ok", "success")
 
 
 def test_recent_runs_show_the_newest_attempts_oldest_left_with_their_outcome(admin_client):

@@ -51,12 +51,14 @@ def annotate(tasks: QuerySet[Task], now: Any) -> QuerySet[Task]:
     """Each task with ``last_status``, ``last_at`` and ``health``, in SQL: the list sorts and filters on them."""
     cutoff = _cutoff(now)
     of_task = Execution.objects.filter(task_id=OuterRef("pk"))
-    # A failed attempt waiting for its retry leaves its execution pending: it counts as failed.
+    # A failed attempt waiting for its retry leaves its execution pending, and its retry claimed or
+    # running: until the retry ends, the failed attempt is the last outcome.
+    retried = Q(status=Status.PENDING, attempt__gt=0) | Q(status__in=LEASED, attempt__gt=1)
     last = (
-        of_task.filter(Q(status__in=ENDED) | Q(status=Status.PENDING, attempt__gt=0))
+        of_task.filter(Q(status__in=ENDED) | retried)
         .order_by("-sequence")
         .annotate(
-            outcome=Case(When(status=Status.PENDING, then=Value(Status.FAILED.value)), default=F("status")),
+            outcome=Case(When(retried, then=Value(Status.FAILED.value)), default=F("status")),
             ended_at=Coalesce("finished_at", "updated_at"),
         )
     )
