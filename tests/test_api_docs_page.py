@@ -180,7 +180,7 @@ def test_swagger_ui_renders_offline_and_its_try_it_out_triggers_a_task(live_serv
             page.click("input[type=submit]")
             page.wait_for_url(f"**{PAGE}")
             operations = page.locator(".opblock")
-            playwright_api.expect(operations).to_have_count(21)
+            playwright_api.expect(operations).to_have_count(22)
             trigger = page.locator(".opblock-post", has_text="/tasks/{id}/trigger/")
             trigger.locator(".opblock-summary").click()
             trigger.locator("button.try-out__btn").click()
