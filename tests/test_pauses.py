@@ -220,6 +220,27 @@ def test_a_runner_resumes_a_task_at_its_until_and_the_paused_minutes_neither_run
     assert (execution.scheduled_for, execution.status) == (T0 + timedelta(minutes=11), Status.SUCCESS)
 
 
+def test_a_fire_time_at_the_end_of_a_pause_runs_and_a_late_runner_follows_the_misfire_grace(clock):
+    scheduler.register(definition(cron="*/5 * * * *"))
+    scheduler.register(definition("late", cron="* * * * *"))
+    scheduler.pause("report", until=T0 + timedelta(minutes=10))
+    scheduler.pause("late", until=T0 + timedelta(minutes=5))
+    runner = inline_runner(clock)
+    # The runner reaches both ends late: 09:10 is within the grace, 09:05 to 09:08 are not.
+    clock.set(T0 + timedelta(minutes=10, seconds=0.5))
+    runner.tick()
+    runner.tick()
+    runner.tick()
+    ran = Execution.objects.exclude(status=Status.INTERRUPTED)
+    assert sorted(ran.values_list("task_id", "scheduled_for")) == [
+        ("late", T0 + timedelta(minutes=10)),
+        ("report", T0 + timedelta(minutes=10)),
+    ]
+    missed = Execution.objects.get(status=Status.INTERRUPTED)
+    assert (missed.task_id, missed.error["reason"]) == ("late", "misfire")
+    assert missed.missed_fire_times["first"] == "2026-03-02T09:05:00Z"
+
+
 def test_the_runner_wakes_for_the_end_of_a_pause(clock):
     scheduler.register(definition(cron="0 0 1 1 *"))
     scheduler.pause("report", until=T0 + timedelta(seconds=45))
