@@ -19,6 +19,7 @@ from django.utils.translation import ngettext
 
 from scheduler_app.admin import display
 from scheduler_app.admin.common import acting, tell
+from scheduler_app.backfill import range_errors
 from scheduler_app.exceptions import SchedulerError
 from scheduler_app.models import Task
 from scheduler_app.services import scheduler
@@ -32,14 +33,17 @@ SHOWN = 20
 
 
 class BackfillForm(forms.Form):
+    """The range of a backfill, checked as scheduler.backfill() checks it."""
+
     start = forms.DateTimeField(label="From", help_text=WHEN_HELP)
     end = forms.DateTimeField(label="Until (left out)", help_text=WHEN_HELP)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         assert data is not None
-        if not self.errors and data["start"] >= data["end"]:
-            self.add_error("end", "Must be after the start.")
+        if not self.errors:
+            for field, messages in range_errors(data["start"], data["end"]).items():
+                self.add_error(field, messages)
         return data
 
 
