@@ -150,7 +150,10 @@ def test_a_runner_that_claimed_claims_again_without_probing_until_the_probe_is_a
         assert not runner.tick()
         assert len(probes) == 2
         # So does a tick once the probe is older than PROBE_REUSE_SECONDS.
-        scheduler.trigger("burst", idempotency_key="g")
+        late = scheduler.trigger("burst", idempotency_key="g")
+        # The runner's clock is the database's as its last probe saw it, which lags by that
+        # probe's round trip: wait until it has reached the trigger's due time.
+        wait_for(lambda: runner.clock.now() >= late.due_at)
         runner._claim_without_probe_until = time.monotonic() + 60
         assert runner.tick()
         assert len(probes) == 2
