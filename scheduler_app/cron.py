@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
-from itertools import islice
+from itertools import islice, pairwise
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -57,6 +57,7 @@ __all__ = [
     "is_fixed_time",
     "matches",
     "next_fire_time",
+    "shortest_wall_gap",
     "validate",
     "validate_timezone",
 ]
@@ -265,6 +266,26 @@ def _recent_fires(
 ) -> tuple[datetime, ...]:
     found = _fires(_parse(cron), _zone(timezone), low, high)
     return tuple(moment.replace(tzinfo=UTC) for moment in islice(found, limit))
+
+
+@lru_cache(maxsize=256)
+def shortest_wall_gap(cron: str, first: date, last: date) -> timedelta | None:
+    """The shortest time between two consecutive wall-clock fire times on the days from ``first``
+    to ``last``, as if the zone's UTC offset never changed. None when it fires at most once."""
+    spec = _parse(cron)
+    times = [hour * 60 + minute for hour in spec.hours for minute in spec.minutes]
+    gaps = [later - earlier for earlier, later in pairwise(times)]
+    # The shortest a gap across midnight can be: on two days in a row.
+    overnight = 1440 - times[-1] + times[0]
+    if not gaps or min(gaps) > overnight:
+        previous: date | None = None
+        for day in _days(spec, first, last):
+            if previous is not None:
+                gaps.append((day - previous).days * 1440 - times[-1] + times[0])
+                if gaps[-1] == overnight:
+                    break
+            previous = day
+    return timedelta(minutes=min(gaps)) if gaps else None
 
 
 def count_fire_times(cron: str, timezone: str, after: datetime, until: datetime) -> int:

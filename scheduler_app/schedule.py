@@ -8,7 +8,7 @@ occurrence still belongs to the schedule, next_runs, backfill, the admin) asks h
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 from typing import Protocol
 from zoneinfo import ZoneInfo
@@ -16,11 +16,16 @@ from zoneinfo import ZoneInfo
 from scheduler_app import cron
 
 ONE_MICROSECOND = timedelta(microseconds=1)
-# The shortest interval of an expression is read from this many fire times from now, and from
-# the fire times around each change of the zone's offset in the year ahead.
-INTERVAL_SAMPLE = 20_000
+# Weekdays and leap years repeat every 28 years (within a century): an expression's wall-clock
+# intervals are all seen in that many years (the 29th of February falls on each weekday).
+_CALENDAR_CYCLE_YEARS = 28
 _YEAR = timedelta(days=366)
 _OFFSET_SCAN = timedelta(hours=6)
+# Around a change of offset (found to within _OFFSET_SCAN), intervals are read over the shortest
+# wall-clock one plus this margin (more than any shift of offset), and never over more than the
+# longest jitter needs.
+_SHIFT_MARGIN = _OFFSET_SCAN + timedelta(hours=3)
+_LONGEST_SPAN = timedelta(days=8)
 
 
 class Timed(Protocol):
@@ -92,15 +97,17 @@ def jitter(jitter_seconds: int, occurrence_id: uuid.UUID) -> timedelta:
 
 
 def shortest_interval(expression: str, timezone: str, now: datetime) -> timedelta | None:
-    """The shortest time between two consecutive fire times of ``expression`` seen from ``now``:
-    over its next INTERVAL_SAMPLE fire times and around each change of the zone's UTC offset in
-    the year ahead (where daylight saving time brings fire times closer). None when it fires at
-    most once in that sample."""
-    times = cron.fire_times(expression, timezone, now, now + _YEAR, INTERVAL_SAMPLE)
+    """The shortest time between two consecutive fire times of ``expression`` from ``now`` on: in
+    wall-clock time over the calendar's 28-year cycle, and exactly around each change of the
+    zone's UTC offset in the year ahead (where daylight saving time brings fire times closer).
+    None when it fires at most once in that time."""
+    local = now.astimezone(ZoneInfo(timezone or "UTC")).date()
+    wall = cron.shortest_wall_gap(expression, local, date(local.year + _CALENDAR_CYCLE_YEARS, 1, 1))
+    span = min(wall + _SHIFT_MARGIN, _LONGEST_SPAN) if wall is not None else _LONGEST_SPAN
+    gaps = [wall] if wall is not None else []
     for change in _offset_changes(timezone, now, now + _YEAR):
-        times += cron.fire_times(expression, timezone, change - timedelta(days=1), change + timedelta(days=1))
-    ordered = sorted(set(times))
-    gaps = [later - earlier for earlier, later in pairwise(ordered)]
+        times = cron.fire_times(expression, timezone, change - span, change + span)
+        gaps += [later - earlier for earlier, later in pairwise(times)]
     return min(gaps, default=None)
 
 

@@ -230,6 +230,27 @@ def test_jitter_must_be_shorter_than_the_shortest_interval_daylight_saving_time_
     assert set(Task.objects.values_list("id", flat=True)) == {"five", "utc", "once"}
 
 
+def test_the_jitter_bound_sees_intervals_that_come_once_in_years():
+    # Every Monday or the 29th of February: a week apart, except in 2028, when Monday the 28th
+    # and Tuesday the 29th of February are a day apart.
+    scheduler.register(definition("leap", cron="0 0 29 2 1", jitter_seconds=86399))
+    with pytest.raises(InvalidDefinition) as raised:
+        scheduler.register(definition("leap-too-long", cron="0 0 29 2 1", jitter_seconds=86400))
+    assert "86400 s" in raised.value.errors["jitter_seconds"][0]
+    # The 31st of December or a Monday: a day apart in the years the 30th is a Monday.
+    with pytest.raises(InvalidDefinition):
+        scheduler.register(definition("new-year", cron="0 0 31 12 1", jitter_seconds=86400))
+    assert set(Task.objects.values_list("id", flat=True)) == {"leap"}
+
+
+def test_a_one_shot_tasks_jitter_shifts_its_one_due_time(clock):
+    scheduler.register(one_shot(T0 + MINUTE, id="once", jitter_seconds=3600))
+    scheduling.schedule_due(T0 + MINUTE, "node-a")
+    execution = Execution.objects.get()
+    assert execution.scheduled_for == T0 + MINUTE
+    assert execution.due_at - execution.scheduled_for == schedule.jitter(3600, execution.occurrence_id)
+
+
 def test_the_misfire_grace_counts_from_the_shifted_due_time(clock):
     def offset(task_id: str) -> timedelta:
         return schedule.jitter(50, scheduled_occurrence_id(task_id, T0 + MINUTE))
