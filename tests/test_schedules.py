@@ -14,6 +14,7 @@ from scheduler_app.models import (
     Status,
     Task,
     TaskChange,
+    TriggerType,
     missed_occurrence_id,
     scheduled_occurrence_id,
 )
@@ -61,6 +62,37 @@ def test_a_one_shot_task_with_delete_after_run_is_deleted_after_its_success(cloc
     runner.tick()
     runner.tick()
     assert Execution.objects.get().status == Status.SUCCESS
+    assert not Task.objects.exists()
+
+
+def test_a_one_shot_task_run_now_before_its_instant_is_kept_for_its_scheduled_run(clock):
+    scheduler.register(one_shot(T0 + timedelta(hours=1), delete_after_run=True))
+    runner = inline_runner(clock)
+    scheduler.trigger("report")
+    runner.tick()
+    assert Execution.objects.get().status == Status.SUCCESS
+    assert Task.objects.get().next_run_at == T0 + timedelta(hours=1)
+    clock.set(T0 + timedelta(hours=1))
+    runner.tick()
+    ran = Execution.objects.order_by("sequence")
+    assert list(ran.values_list("trigger_type", "status")) == [
+        (TriggerType.MANUAL, Status.SUCCESS),
+        (TriggerType.SCHEDULED, Status.SUCCESS),
+    ]
+    assert not Task.objects.exists()
+
+
+def test_a_one_shot_task_that_misfired_stays_until_a_run_of_it_succeeds(clock):
+    scheduler.register(one_shot(T0 - timedelta(hours=2), delete_after_run=True))
+    runner = inline_runner(clock)
+    runner.tick()
+    assert Execution.objects.get().error["reason"] == "misfire"
+    clock.advance(86400)
+    runner.tick()
+    task = Task.objects.get()
+    assert (task.enabled, task.next_run_at) == (True, None)
+    scheduler.trigger("report")
+    runner.tick()
     assert not Task.objects.exists()
 
 

@@ -305,10 +305,11 @@ def _recorded(
 
 def _delete_after_run(task: Task, node: str) -> None:
     """Delete the task as this attempt read it: matching the revision spares a definition
-    updated while the attempt ran."""
+    updated while the attempt ran. A one-shot task whose instant is still ahead (a run now before
+    its run_at) is kept for that run."""
     with transaction.atomic(), audit.acting(node, via=ChangeVia.RUNNER):
         current = Task.objects.select_for_update().filter(id=task.id, revision=task.revision).first()
-        if current is not None:
+        if current is not None and (current.run_at is None or current.next_run_at is None):
             audit.record(ChangeAction.DELETE, current, audit.values(current), None)
             current.delete()
 
