@@ -130,6 +130,10 @@ def test_other_changes_of_a_paused_task_keep_its_pause(clock):
     scheduler.pause("report", reason="incident", until=T0 + timedelta(hours=1))
     scheduler.update_task("report", name="Renamed")
     assert pause_state() == (False, "incident", "", T0, T0 + timedelta(hours=1))
+    # enabled=False on a paused task changes nothing, as the task form saved while it is paused
+    # sends: the pause keeps its reason and its end (pause() again changes them).
+    scheduler.update_task("report", enabled=False)
+    assert pause_state() == (False, "incident", "", T0, T0 + timedelta(hours=1))
 
 
 @pytest.mark.parametrize(
