@@ -404,3 +404,23 @@ def test_the_admin_shows_the_fire_times_an_execution_merged(admin_client, clock)
         reverse("admin:scheduler_app_execution_change", args=[record.pk])
     ).content.decode()
     assert "5 skipped (misfire) from 2026-03-02T09:01:00Z" in page
+
+
+def test_the_admin_shows_each_next_fire_times_due_time_and_which_a_pause_skips(admin_client, clock):
+    from django.urls import reverse
+
+    scheduler.register(definition("spread", cron="0 * * * *", jitter_seconds=600))
+    scheduler.register(definition("paused", cron="0 * * * *"))
+    scheduler.pause("paused", reason="maintenance", until=T0 + timedelta(hours=2, minutes=30))
+
+    def preview(task_id: str) -> str:
+        page = admin_client.get(reverse("admin:scheduler_app_task_change", args=[task_id])).content.decode()
+        field = page[page.index("field-next_fire_times") :]
+        return field[: field.index("</ol>")]
+
+    fire = T0 + timedelta(hours=1)
+    due = fire + schedule.jitter(600, scheduled_occurrence_id("spread", fire))
+    assert f"2026-03-02 10:00 UTC<br><small>due {due:%Y-%m-%d %H:%M:%S} UTC (jitter)</small>" in preview("spread")
+    # 10:00 and 11:00 fall in the pause; it ends at 11:30, so 12:00 runs.
+    items = preview("paused").split("<li>")[1:]
+    assert ["paused: does not run" in item for item in items] == [True, True, False, False, False]

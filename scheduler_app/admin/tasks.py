@@ -26,6 +26,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import ngettext
 
+from scheduler_app import schedule
 from scheduler_app.admin import display, task_health
 from scheduler_app.admin.backfill import backfill
 from scheduler_app.admin.changes import table as changes_table
@@ -41,6 +42,7 @@ from scheduler_app.models import (
     Status,
     Task,
     TaskChange,
+    scheduled_occurrence_id,
 )
 from scheduler_app.services import CODE_OWNED, MAX_REASON_LENGTH, pause_errors, scheduler
 
@@ -80,6 +82,19 @@ def _both_zones(instant: datetime, zone_name: str) -> SafeString:
     if zone is None or not zone_name or zone_name == "UTC":
         return format_html("{}", utc)
     return format_html("{}<br><small>{}</small>", f"{instant.astimezone(zone):%Y-%m-%d %H:%M %Z}", utc)
+
+
+def _fire_note(task: Task, fire: datetime) -> SafeString | str:
+    """What becomes of one of the task's next fire times: not run while paused, or due later by
+    its jitter."""
+    if not task.enabled and (task.disabled_until is None or fire < task.disabled_until):
+        return format_html("<br><small>{}</small>", "paused: does not run")
+    if task.jitter_seconds:
+        due = fire + schedule.jitter(task.jitter_seconds, scheduled_occurrence_id(task.id, fire))
+        return format_html(
+            "<br><small>due {} UTC (jitter)</small>", f"{due.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
+        )
+    return ""
 
 
 WHEN_HELP = "YYYY-MM-DD HH:MM[:SS], with an offset (+02:00) or in the site's time zone."
@@ -383,7 +398,9 @@ class TaskAdmin(ObjectActions):
             return "the stored cron expression or timezone cannot be evaluated"
         return format_html(
             "<ol>{}</ol>",
-            format_html_join("", "<li>{}</li>", ((_both_zones(t, task.timezone),) for t in times)),
+            format_html_join(
+                "", "<li>{}{}</li>", ((_both_zones(t, task.timezone), _fire_note(task, t)) for t in times)
+            ),
         )
 
     def object_actions(self, request: HttpRequest, obj: Task) -> list[str]:
