@@ -25,7 +25,11 @@ LONDON = "Europe/London"
 LORD_HOWE = "Australia/Lord_Howe"
 KOLKATA = "Asia/Kolkata"
 SANTIAGO = "America/Santiago"
-ZONES = ("", "UTC", NY, LONDON, LORD_HOWE, KOLKATA, SANTIAGO)
+# Samoa skipped 30 December 2011 whole (a 24-hour jump); Casey jumped exactly 3 hours each October
+# from 2016 to 2022, the length at which a fixed time in the gap is skipped rather than caught up.
+APIA = "Pacific/Apia"
+CASEY = "Antarctica/Casey"
+ZONES = ("", "UTC", NY, LONDON, LORD_HOWE, KOLKATA, SANTIAGO, APIA, CASEY)
 MINUTE = timedelta(minutes=1)
 
 
@@ -732,10 +736,10 @@ def expressions(draw: st.DrawFn, focus: tuple[int, ...] = ()) -> Expr:
 
 @cache
 def transitions(key: str) -> tuple[datetime, ...]:
-    """Return the UTC instants in 2020-2030 where the zone's offset changes, found by scanning."""
+    """Return the UTC instants in 2011-2030 where the zone's offset changes, found by scanning."""
     zone = zone_of(key)
     found: list[datetime] = []
-    moment = utc(2020, 1, 1)
+    moment = utc(2011, 1, 1)
     offset = moment.astimezone(zone).utcoffset()
     while moment < utc(2031, 1, 1):
         probe = moment + timedelta(hours=2)
@@ -927,9 +931,6 @@ def test_whitespace_other_than_space_and_tab_is_refused_by_name(separator: str) 
     assert f"U+{ord(separator):04X}" in str(caught.value) and "spaces and tabs only" in str(caught.value)
 
 
-APIA = "Pacific/Apia"
-
-
 def test_a_fixed_time_in_a_skipped_day_is_skipped_not_moved_to_the_jump() -> None:
     # Samoa jumped from 29 December 2011 24:00 to 31 December 00:00 (UTC-10 to UTC+14).
     found = cron.fire_times("0 12 * * *", APIA, utc(2011, 12, 28), utc(2012, 1, 1))
@@ -939,6 +940,40 @@ def test_a_fixed_time_in_a_skipped_day_is_skipped_not_moved_to_the_jump() -> Non
     )
     # A jump of an hour still fires the skipped minute at the jump (New York, 8 March 2026).
     assert cron.next_fire_time("30 2 * * *", NY, utc(2026, 3, 8)) == utc(2026, 3, 8, 7)
+
+
+def test_a_jump_of_exactly_three_hours_skips_the_fixed_times_inside_it() -> None:
+    # Casey went from 01:00 (UTC+8) to 04:00 (UTC+11) on 4 October 2020: 02:30 did not exist.
+    found = cron.fire_times("30 2 * * *", CASEY, utc(2020, 10, 2), utc(2020, 10, 6))
+    assert [moment.astimezone(ZoneInfo(CASEY)).day for moment in found] == [3, 5, 6]
+    assert found == oracle(
+        Expr(("30", "2", "*", "*", "*"), *_every(30, 2)), CASEY, utc(2020, 10, 2), timedelta(days=4)
+    )
+    # A wildcard minute fires only at wall minutes that exist: next at 02:00 the day after.
+    assert cron.next_fire_time("* 2 * * *", CASEY, utc(2020, 10, 3, 16, 59)) == utc(2020, 10, 4, 15)
+
+
+MACRO_MEANINGS = {
+    "@yearly": (frozenset({1}), frozenset({1}), frozenset(range(7))),
+    "@monthly": (frozenset({1}), frozenset(range(1, 13)), frozenset(range(7))),
+    "@weekly": (frozenset(range(1, 32)), frozenset(range(1, 13)), frozenset({0})),
+    "@daily": (frozenset(range(1, 32)), frozenset(range(1, 13)), frozenset(range(7))),
+}
+
+
+@pytest.mark.parametrize("macro", [*MACRO_MEANINGS, "@hourly"])
+@pytest.mark.parametrize("key", [SANTIAGO, LORD_HOWE, APIA, CASEY])
+def test_macros_agree_with_the_oracle_around_transitions_and_new_year(macro: str, key: str) -> None:
+    if macro == "@hourly":
+        expr = Expr(
+            tuple(cron.MACROS[macro].split()), frozenset({0}), frozenset(range(24)), *_every(0, 0)[2:]
+        )
+    else:
+        expr = Expr(tuple(cron.MACROS[macro].split()), frozenset({0}), frozenset({0}), *MACRO_MEANINGS[macro])
+    starts = [moment - timedelta(days=2) for moment in transitions(key)[:4]] + [utc(2021, 12, 28)]
+    for after in starts:
+        expected = oracle(expr, key, after, timedelta(days=8))
+        assert cron.fire_times(macro, key, after, after + timedelta(days=8)) == expected, after
 
 
 def _every(minute: int, hour: int) -> tuple[frozenset[int], ...]:
