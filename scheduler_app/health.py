@@ -9,9 +9,8 @@ from typing import Any
 
 from django.db.models import Count, Min
 
-from scheduler_app import listing
-from scheduler_app.conf import scheduler_settings
-from scheduler_app.models import Execution, Runner, Status, Task
+from scheduler_app import lateness, listing
+from scheduler_app.models import Execution, Runner, Task
 
 # A silent runner alerts for this long after it was last seen; older ones are only listed.
 SILENT_HORIZON = timedelta(days=1)
@@ -95,15 +94,15 @@ def silent_lately(runners: list[Runner], now: datetime) -> list[str]:
 
 def check(now: datetime) -> Health:
     """Every condition, at ``now`` read from the database clock."""
-    grace = timedelta(seconds=float(scheduler_settings.MISFIRE_GRACE_SECONDS))
     every = runners(now)
     unknown = listing.unknown().order_by().aggregate(n=Count("sequence"), oldest=Min("updated_at"))
+    cutoffs = lateness.cutoffs(now)
     late = (
-        Execution.objects.filter(status=Status.PENDING, due_at__lt=now - grace)
+        Execution.objects.filter(lateness.pending(cutoffs))
         .order_by()
         .aggregate(n=Count("sequence"), oldest=Min("due_at"))
     )
-    behind = Task.objects.filter(enabled=True, next_run_at__lt=now - grace).count()
+    behind = Task.objects.filter(lateness.tasks(cutoffs), enabled=True).count()
     failures = listing.log_failures().order_by().count()
     health = Health(
         now=now,
@@ -115,7 +114,7 @@ def check(now: datetime) -> Health:
         tasks_behind=behind,
         log_failures=failures,
     )
-    health.conditions.extend(_conditions(health, grace))
+    health.conditions.extend(_conditions(health))
     return health
 
 
@@ -123,7 +122,7 @@ def _ago(now: datetime, then: datetime | None) -> str:
     return f"{then:%Y-%m-%dT%H:%M:%SZ}, {int((now - then).total_seconds())} s ago" if then else "-"
 
 
-def _conditions(h: Health, grace: timedelta) -> list[Condition]:
+def _conditions(h: Health) -> list[Condition]:
     found = []
     if not live(h.runners):
         found.append(Condition("no_live_runner", 2, "no live runner"))
@@ -132,9 +131,9 @@ def _conditions(h: Health, grace: timedelta) -> list[Condition]:
             Condition(
                 "late",
                 3,
-                f"{h.late} pending executions due more than {grace.total_seconds():g} s ago (the oldest"
+                f"{h.late} pending executions due longer ago than their task's misfire grace (the oldest"
                 f" due {_ago(h.now, h.oldest_late)}); {h.tasks_behind} enabled tasks whose next fire time"
-                f" passed more than {grace.total_seconds():g} s ago without being scheduled",
+                " passed longer ago than their misfire grace without being scheduled",
             )
         )
     if h.unknown:

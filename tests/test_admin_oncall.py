@@ -77,6 +77,20 @@ def test_each_task_shows_its_health_worst_first_and_the_list_filters_on_it(admin
     )
 
 
+def test_late_follows_each_tasks_own_misfire_grace_in_the_list_and_its_filter(admin_client):
+    scheduler.register(definition("patient", misfire_grace_seconds=3600))
+    scheduler.register(definition("strict", misfire_grace_seconds=10))
+    scheduler.register(definition("waiting", misfire_grace_seconds=10))
+    scheduler.register(definition("default"))  # the setting's 60 s
+    Task.objects.exclude(id="waiting").update(next_run_at=timezone.now() - timedelta(minutes=2))
+    waiting = make_execution("waiting", "pending", attempt=0)
+    Execution.objects.filter(sequence=waiting.sequence).update(due_at=timezone.now() - timedelta(seconds=30))
+    health = {task.id: task.health for task in admin_client.get(TASKS).context["cl"].result_list}
+    assert health == {"patient": "ok", "strict": "late", "waiting": "late", "default": "late"}
+    listed = admin_client.get(TASKS, {"health": "late"}).context["cl"].result_list
+    assert sorted(task.id for task in listed) == ["default", "strict", "waiting"]
+
+
 def test_a_failed_attempt_waiting_for_its_retry_makes_the_task_failing_with_when(admin_client):
     scheduler.register(definition("report"))
     retried = make_execution("report", "pending", attempt=1)

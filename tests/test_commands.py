@@ -19,7 +19,7 @@ from django.db import OperationalError, connection
 from django.urls import reverse
 
 from scheduler_app import __version__, db, scheduler
-from scheduler_app.models import Execution
+from scheduler_app.models import Execution, Task
 from scheduler_app.models import Runner as RunnerRecord
 from scheduler_app.runner.loop import SchedulerLoop
 from tests.factories import definition
@@ -225,6 +225,26 @@ def test_each_condition_has_its_exit_code_and_the_lowest_wins(clock):
         "ALERT silent_runners",
         "ALERT log_failures",
     ]
+
+
+def test_late_runs_and_tasks_behind_follow_each_tasks_misfire_grace(clock):
+    import json
+
+    now = db.probe().now
+    runner_record("a", now, now + timedelta(minutes=5))
+    scheduler.register(definition("patient", cron="0 0 1 1 *", misfire_grace_seconds=3600))
+    scheduler.register(definition("strict", cron="0 0 1 1 *", misfire_grace_seconds=10))
+    for task_id in ("patient", "strict"):
+        execution = scheduler.trigger(task_id)
+        Execution.objects.filter(sequence=execution.sequence).update(due_at=now - timedelta(minutes=2))
+    Task.objects.update(next_run_at=now - timedelta(minutes=2))
+    code, output = status("--json")
+    assert code == 3
+    assert json.loads(output)["late"]["pending"] == 1 and json.loads(output)["late"]["tasks_behind"] == 1
+    Task.objects.filter(id="strict").update(misfire_grace_seconds=None)  # the setting's 60 s
+    assert json.loads(status("--json")[1])["late"]["tasks_behind"] == 1
+    Task.objects.filter(id="strict").update(misfire_grace_seconds=600)
+    assert status()[0] == 0
 
 
 def test_scheduler_status_json_is_one_document_with_every_figure():

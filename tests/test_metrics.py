@@ -95,3 +95,34 @@ def test_the_figures_of_the_journal(clock):
     assert value(samples, "scheduler_start_lag_seconds_gcount") == 2
     assert value(samples, "scheduler_duration_seconds_bucket", le="1.0") == 1
     assert value(samples, "scheduler_duration_seconds_gsum") == pytest.approx(3.8)
+
+
+def test_late_follows_each_tasks_own_misfire_grace(clock):
+    now = db.probe().now
+    scheduler.register(definition("patient", cron="0 0 1 1 *", misfire_grace_seconds=3600))
+    scheduler.register(definition("strict", cron="0 0 1 1 *", misfire_grace_seconds=10))
+    scheduler.register(definition("default", cron="0 0 1 1 *"))  # the setting's 60 s
+    for task_id in ("patient", "strict", "default"):
+        execution = scheduler.trigger(task_id)
+        Execution.objects.filter(sequence=execution.sequence).update(due_at=now - timedelta(seconds=30))
+    assert value(scrape(), "scheduler_executions_late") == 1  # strict's, 30 s past its 10 s
+    Execution.objects.update(due_at=now - timedelta(minutes=10))
+    assert value(scrape(), "scheduler_executions_late") == 2  # patient's is within its hour
+
+
+def test_a_scrape_costs_the_same_statements_with_many_tasks(clock):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def statements() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            scrape()
+        return len(captured.captured_queries)
+
+    scheduler.register(definition("t0", cron="0 0 1 1 *", misfire_grace_seconds=30))
+    scheduler.trigger("t0")
+    few = statements()
+    for n in range(1, 40):
+        scheduler.register(definition(f"t{n}", cron="* * * * *", misfire_grace_seconds=30 if n % 2 else None))
+        scheduler.trigger(f"t{n}")
+    assert statements() == few

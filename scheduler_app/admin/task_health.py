@@ -4,7 +4,6 @@ when, and its recent runs as a small bar drawn on the server."""
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import timedelta
 from itertools import chain
 from typing import Any
 
@@ -17,8 +16,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from scheduler_app import lateness
 from scheduler_app.admin.display import seconds_text
-from scheduler_app.conf import scheduler_settings
 from scheduler_app.logs import log_alias
 from scheduler_app.models import ENDED, LEASED, Execution, ExecutionLog, Status, Task
 
@@ -49,7 +48,6 @@ RUN_HEIGHT = 14
 
 def annotate(tasks: QuerySet[Task], now: Any) -> QuerySet[Task]:
     """Each task with ``last_status``, ``last_at`` and ``health``, in SQL: the list sorts and filters on them."""
-    cutoff = _cutoff(now)
     of_task = Execution.objects.filter(task_id=OuterRef("pk"))
     # A failed attempt waiting for its retry leaves its execution pending, and its retry claimed or
     # running: until the retry ends, the failed attempt is the last outcome.
@@ -62,13 +60,16 @@ def annotate(tasks: QuerySet[Task], now: Any) -> QuerySet[Task]:
             ended_at=Coalesce("finished_at", "updated_at"),
         )
     )
-    late = Q(enabled=True, next_run_at__lt=cutoff) | Q(has_late=True)
+    cutoffs = lateness.cutoffs(now)
+    late = Q(enabled=True) & lateness.tasks(cutoffs) | lateness.tasks(cutoffs, "oldest_pending")
     return tasks.annotate(
         last_status=Subquery(last.values("outcome")[:1]),
         last_at=Subquery(last.values("ended_at")[:1]),
         has_unknown=Exists(of_task.filter(status=Status.UNKNOWN)),
         has_running=Exists(of_task.filter(status__in=LEASED)),
-        has_late=Exists(of_task.filter(status=Status.PENDING, due_at__lt=cutoff)),
+        oldest_pending=Subquery(
+            of_task.filter(status=Status.PENDING).order_by("due_at").values("due_at")[:1]
+        ),
     ).annotate(
         health=Case(
             When(has_unknown=True, then=Value("unknown")),
@@ -95,22 +96,24 @@ class HealthFilter(admin.SimpleListFilter):
             return queryset
         # First the tasks that can have that health, found through small indexes: the health
         # itself is worked out per task, and there may be a hundred thousand of them.
-        narrowing = {
-            "unknown": Q(id__in=_task_ids(Q(status=Status.UNKNOWN))),
-            "running": Q(id__in=_task_ids(Q(status__in=LEASED))),
-            "late": Q(enabled=True, next_run_at__lt=_cutoff(timezone.now()))
-            | Q(id__in=_task_ids(Q(status=Status.PENDING, due_at__lt=_cutoff(timezone.now())))),
-            PAUSED: Q(enabled=False),
-        }.get(str(self.value()), Q())
-        return queryset.filter(narrowing, health=self.value())
+        return queryset.filter(_narrowing(str(self.value())), health=self.value())
+
+
+def _narrowing(health: str) -> Q:
+    if health == "unknown":
+        return Q(id__in=_task_ids(Q(status=Status.UNKNOWN)))
+    if health == "running":
+        return Q(id__in=_task_ids(Q(status__in=LEASED)))
+    if health == "late":
+        cutoffs = lateness.cutoffs(timezone.now())
+        return Q(enabled=True) & lateness.tasks(cutoffs) | Q(id__in=_task_ids(lateness.pending(cutoffs)))
+    if health == PAUSED:
+        return Q(enabled=False)
+    return Q()
 
 
 def _task_ids(rows: Q) -> QuerySet[Any]:
     return Execution.objects.filter(rows).values("task_id")
-
-
-def _cutoff(now: Any) -> Any:
-    return now - timedelta(seconds=float(scheduler_settings.MISFIRE_GRACE_SECONDS))
 
 
 def badge(health: str, title: str = "") -> SafeString:
