@@ -172,6 +172,39 @@ def test_the_dashboard_lists_the_runners_with_their_heartbeat(admin_client):
     assert re.search(r"<td>node-a</td><td>alive</td><td>\d+ ms ago</td>", table)
 
 
+def test_the_site_index_warns_when_no_runner_is_alive_to_those_who_may_see_executions(
+    admin_client, client, django_user_model
+):
+    from django.contrib.auth.models import Permission
+
+    from scheduler_app.models import Runner
+
+    warning = "Scheduler: no live runner, so no task is scheduled or run."
+    page = admin_client.get(reverse("admin:index")).content.decode()
+    assert warning in page and 'href="/admin/scheduler_app/">Its dashboard</a>' in page
+    assert 'id="content-main"' in page  # the index itself is still there
+    now = timezone.now()
+    Runner.objects.create(
+        node_id="gone", host="h", pid=1, started_at=now, last_seen_at=now, silent_after=now, stopped_at=now
+    )
+    assert warning in admin_client.get(reverse("admin:index")).content.decode()
+    Runner.objects.create(
+        node_id="node-a",
+        host="h",
+        pid=2,
+        started_at=now,
+        last_seen_at=now,
+        silent_after=now + timedelta(minutes=1),
+    )
+    assert warning not in admin_client.get(reverse("admin:index")).content.decode()
+    Runner.objects.all().delete()
+    staff = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_task"))
+    client.force_login(staff)
+    page = client.get(reverse("admin:index")).content.decode()
+    assert "Tasks" in page and warning not in page
+
+
 def test_the_dashboard_draws_the_lag_p50_and_p95_of_each_hour(admin_client):
     hour = timezone.now().replace(minute=0, second=0, microsecond=0)
     for lag in range(1, 21):  # 1 s to 20 s: p50 10 s, p95 19 s

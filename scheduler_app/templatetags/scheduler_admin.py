@@ -20,3 +20,18 @@ def scheduler_dashboard(context: template.Context) -> dict[str, Any]:
     if request is None or not request.user.has_perm(VIEW_PERMISSION):
         return {"visible": False}
     return {"visible": True, **dashboard()}
+
+
+@register.inclusion_tag("admin/scheduler_app/runner_warning.html", takes_context=True)
+def scheduler_runner_warning(context: template.Context) -> dict[str, Any]:
+    """A warning, for users who may see executions, when no runner is alive: one statement."""
+    from django.db.models.functions import Now
+    from django.urls import reverse
+
+    from scheduler_app.models import Runner
+
+    request = context.get("request")
+    if request is None or not request.user.has_perm(VIEW_PERMISSION):
+        return {"visible": False}
+    alive = Runner.objects.filter(stopped_at=None, silent_after__gte=Now()).exists()
+    return {"visible": not alive, "dashboard_url": reverse("admin:app_list", args=["scheduler_app"])}
