@@ -55,3 +55,55 @@ def test_nothing_is_prepared_behind_a_transaction_pooler(clock):
 @override_settings(SCHEDULER_APP={"PREPARED_STATEMENTS": False})
 def test_nothing_is_prepared_when_the_setting_says_so(clock):
     assert trigger_and_claim(clock) == []
+
+
+def plans(start: str) -> tuple[int, int]:
+    """(generic, custom) plans PostgreSQL made for the prepared statement starting with ``start``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+            [start + "%"],
+        )
+        return cursor.fetchone()
+
+
+def plan_cache_mode() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        return cursor.fetchone()[0]
+
+
+def test_a_runners_statements_are_planned_at_each_call_for_the_journal_as_it_is_then():
+    from scheduler_app import db
+    from scheduler_app.statements import journal_statements
+
+    for _ in range(8):
+        db.probe()
+    # Elsewhere (a web process) PostgreSQL settles on one plan after the fifth call.
+    assert plans("SELECT statement_timestamp()")[0] > 0
+    connection.close()
+    with journal_statements().planned_at_each_call():
+        for _ in range(8):
+            db.probe()
+        # A plan that read the whole journal while it was empty is not kept for when it is large.
+        assert plans("SELECT statement_timestamp()") == (0, 8)
+        assert plan_cache_mode() == "force_custom_plan"
+    assert plan_cache_mode() == "auto"
+
+
+def test_the_loop_of_a_runner_plans_at_each_call_and_leaves_the_session_as_it_was(monkeypatch):
+    from scheduler_app import db
+    from scheduler_app.runner.loop import SchedulerLoop
+
+    modes: list[str] = []
+    original = db.probe
+
+    def probe(*args, **kwargs):
+        found = original(*args, **kwargs)
+        modes.append(plan_cache_mode())
+        return found
+
+    monkeypatch.setattr(db, "probe", probe)
+    SchedulerLoop(node_id="node-a", workers=1).run(once=True)
+    assert modes and set(modes) == {"force_custom_plan"}
+    assert plan_cache_mode() == "auto"

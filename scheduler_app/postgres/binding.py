@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import cache
 from typing import Any
 
@@ -12,6 +13,11 @@ from django.db import connections, router
 from scheduler_app.models import Execution
 
 NEVER_BY_COUNT = 2**31 - 1
+# Set on a psycopg connection whose session plans its prepared statements at each call.
+PLANNED_AT_EACH_CALL = "_scheduler_planned_at_each_call"
+
+# Whether this thread is a runner's loop or journal writer (planned_at_each_call).
+_runner_thread = threading.local()
 
 
 def journal_connection() -> Any:
@@ -38,6 +44,30 @@ def prepares(connection: Any) -> bool:
 
 
 @contextmanager
+def planned_at_each_call() -> Iterator[None]:
+    """Within, the prepared statements of this thread's journal connection are planned at every
+    call (``plan_cache_mode = force_custom_plan`` on its session), for the tables as they are then.
+
+    PostgreSQL otherwise settles on a generic plan after a prepared statement's fifth call and keeps
+    it until the next ANALYZE of its tables. A runner's first calls meet an empty or small journal,
+    where reading a whole table is the cheapest plan; a burst of 10,000 executions a minute later
+    then read the whole table at every batch of outcomes (5 ms a call instead of 0.7 ms). Only the
+    runner's own threads do this: a web process's connection, and the workers that run handlers,
+    keep the session as the project set it.
+    """
+    _runner_thread.active = True
+    try:
+        yield
+    finally:
+        _runner_thread.active = False
+        raw = journal_connection().connection
+        if raw is not None and getattr(raw, PLANNED_AT_EACH_CALL, False):
+            setattr(raw, PLANNED_AT_EACH_CALL, False)
+            with suppress(Exception), raw.cursor() as cursor:  # a broken connection is closed anyway
+                cursor.execute("RESET plan_cache_mode")
+
+
+@contextmanager
 def bound_cursor(connection: Any) -> Iterator[Any]:
     """A PostgreSQL cursor that sends parameters apart from the statement (server-side binding),
     and prepares it where ``prepares`` allows, so that PostgreSQL plans each fixed statement once
@@ -58,6 +88,12 @@ def bound_cursor(connection: Any) -> Iterator[Any]:
             # psycopg prepares nothing while the threshold is None (Django's default); a threshold
             # no statement reaches lets only these cursors' statements be prepared.
             connection.connection.prepare_threshold = NEVER_BY_COUNT
+        if getattr(_runner_thread, "active", False) and not getattr(
+            connection.connection, PLANNED_AT_EACH_CALL, False
+        ):
+            with connection.wrap_database_errors, connection.connection.cursor() as cursor:
+                cursor.execute("SET plan_cache_mode = force_custom_plan")
+            setattr(connection.connection, PLANNED_AT_EACH_CALL, True)
     with connection.wrap_database_errors:
         raw = cursor_class(connection.connection)
     cursor = connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)

@@ -32,6 +32,11 @@ class PostgresStatements(Statements):
         return int(found[0]) if found and found[0] >= 0 else None
 
     @contextmanager
+    def planned_at_each_call(self) -> Iterator[None]:
+        with binding.planned_at_each_call():
+            yield
+
+    @contextmanager
     def cursor(self, connection: Any) -> Iterator[Any]:
         with binding.bound_cursor(connection) as cursor:
             yield cursor

@@ -174,6 +174,10 @@ class SchedulerLoop:
 
         With ``once``, a tick the database refused raises RunnerFailed after the drain.
         """
+        with journal_statements().planned_at_each_call():
+            self._run(once, on_start)
+
+    def _run(self, once: bool, on_start: Callable[[], None] | None) -> None:
         try:
             started = self._start_when_database_is_up(once)
         except RunnerFailed:

@@ -90,23 +90,28 @@ class JournalWriter:
 
     def _loop(self) -> None:
         try:
-            while (first := self._queue.get()) is not None:
-                batch = [first]
-                stopping = False
-                while len(batch) < MAX_BATCH:
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        stopping = True
-                        break
-                    batch.append(item)
-                self._write(batch)
-                if stopping:
-                    break
+            with journal_statements().planned_at_each_call():
+                self._drain()
         finally:
             connections.close_all()
+
+    def _drain(self) -> None:
+        """Write what the queue holds, in batches, until it says to stop."""
+        while (first := self._queue.get()) is not None:
+            batch = [first]
+            stopping = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            self._write(batch)
+            if stopping:
+                break
 
     def _write(self, batch: list[_Request]) -> None:
         try:

@@ -60,6 +60,12 @@ class Statements:
         return CLOCK_SQL[connection.vendor]
 
     @contextmanager
+    def planned_at_each_call(self) -> Iterator[None]:
+        """Within, this thread's statements are planned for the journal as it is at each call (a
+        runner's loop and journal writer); nothing to do where statements are not prepared."""
+        yield
+
+    @contextmanager
     def cursor(self, connection: Any) -> Iterator[Any]:
         """A cursor for the runner's probe."""
         with connection.cursor() as cursor:
