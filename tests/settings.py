@@ -5,6 +5,8 @@ import os
 import tempfile
 from typing import Any
 
+import django
+
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
@@ -118,3 +120,7 @@ LOGGING = {
         "scheduler_app": {"handlers": ["console"], "level": os.environ.get("SCHEDULER_LOG_LEVEL", "WARNING")}
     },
 }
+
+# Django 6.1 asks for MAILERS (EMAIL_BACKEND goes in 7.0); tests send through the memory backend anyway.
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
