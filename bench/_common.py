@@ -99,11 +99,11 @@ def _drop(backend: str, name: str) -> None:
 
 
 @contextmanager
-def private_postgres(port: int = 5544) -> Iterator[None]:
+def private_postgres(port: int = 5544, settings: dict[str, str] | None = None) -> Iterator[None]:
     """A throw-away PostgreSQL cluster on ``port`` with pg_stat_statements loaded; PGPORT points at it.
 
     Durable commits as on the machine's own server (fsync and synchronous_commit
-    on); only the statistics module differs. Needs the server binaries and, as
+    on); only the statistics module differs, and any server ``settings`` given (name: value). Needs the server binaries and, as
     root, the ``postgres`` user. Stopped and deleted on exit.
     """
     bin_dir = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
@@ -119,7 +119,7 @@ def private_postgres(port: int = 5544) -> Iterator[None]:
     options = (
         f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on"
         " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c max_connections=200"
-    )
+    ) + "".join(f" -c {name}={value}" for name, value in (settings or {}).items())
     subprocess.run(
         [
             *as_postgres,

@@ -156,13 +156,13 @@ def add_tasks(count: int) -> float:
     next_run = next_fire_time(CRON, "", datetime.now(UTC))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {t['task']} (id, name, description, cron, timezone, enabled, delete_after_run,"
-            " idempotent, retry_max_attempts, retry_backoff, params, handler, max_concurrency, overlap,"
-            " misfire_grace_seconds, declared_in, disabled_reason, revision, next_run_at, created_at,"
-            " updated_at)"
-            " SELECT 'scale-' || lpad(i::text, 6, '0'), 'Scale ' || i, '', %s, '', i %% 20 <> 0, false,"
-            " false, 1, '[]', '{}', NULL, 1, 'skip', NULL, '', '', 1, %s, now() - interval '90 days',"
-            " now() - interval '90 days' FROM generate_series(1, %s) AS i",
+            f"INSERT INTO {t['task']} (id, name, description, cron, timezone, jitter_seconds, enabled,"
+            " delete_after_run, idempotent, retry_max_attempts, retry_backoff, params, handler,"
+            " max_concurrency, overlap, misfire_grace_seconds, misfire_policy, declared_in,"
+            " disabled_reason, disabled_by, revision, next_run_at, created_at, updated_at)"
+            " SELECT 'scale-' || lpad(i::text, 6, '0'), 'Scale ' || i, '', %s, '', 0, i %% 20 <> 0,"
+            " false, false, 1, '[]', '{}', NULL, 1, 'skip', NULL, 'coalesce', '', '', '', 1, %s,"
+            " now() - interval '90 days', now() - interval '90 days' FROM generate_series(1, %s) AS i",
             [CRON, next_run, count],
         )
         cursor.execute(
@@ -363,10 +363,12 @@ def w1_pass(args: argparse.Namespace, db: DatabaseInfo, number: int) -> dict[str
         if statements:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_stat_statements_reset()")
+        io_before = io_counters()
         done = wait_until(lambda: len(read_side_effects(folder)) >= args.w1_tasks, args.timeout, 0.2)
         ours = Execution.objects.filter(sequence__gt=last_sequence)
         wait_until(lambda: not ours.filter(status__in=["pending", "claimed", "running"]).exists(), 30, 0.2)
         lines = read_side_effects(folder)
+        io = {name: value - io_before[name] for name, value in io_counters().items()}
         top = top_statements() if statements else []
         exit_codes = list(procs.stop_all().values())
         sample = ours.order_by("sequence").first()
@@ -400,7 +402,23 @@ def w1_pass(args: argparse.Namespace, db: DatabaseInfo, number: int) -> dict[str
             "runner_exit_codes": exit_codes,
             "sample_events": events,
             "top_statements": top,
+            "io": io,
         }
+
+
+def io_counters() -> dict[str, int]:
+    """This database's blocks read from outside shared buffers and found in them, and the
+    cluster's WAL (full-page images, bytes): a burst's writes to index pages the buffers do not
+    hold show as reads and, after a checkpoint, as full-page images."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT blks_read, blks_hit, (SELECT wal_fpi FROM pg_stat_wal), (SELECT wal_bytes FROM pg_stat_wal)"
+            " FROM pg_stat_database WHERE datname = current_database()"
+        )
+        read, hit, fpi, wal = cursor.fetchone()
+    return {"blocks_read": read, "blocks_hit": hit, "wal_fpi": fpi, "wal_bytes": int(wal)}
 
 
 def top_statements(limit: int = 8) -> list[dict[str, Any]]:
@@ -742,10 +760,15 @@ def main() -> None:
         "--budget", type=float, default=20.0, help="seconds the retention turn may delete for"
     )
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--shared-buffers",
+        help="the private cluster's shared_buffers (e.g. 1GB); PostgreSQL's default (128MB) when not given",
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {"args": vars(args)}
     with ExitStack() as stack:
-        stack.enter_context(private_postgres(PORT))
+        server = {"shared_buffers": args.shared_buffers} if args.shared_buffers else {}
+        stack.enter_context(private_postgres(PORT, server))
         empty = stack.enter_context(bench_database(EMPTY, settings="bench.settings"))
         results["idle_tick"] = {"no_tasks": idle_tick(args.ticks)}
         seconds = add_tasks(args.tasks)
@@ -784,7 +807,12 @@ def main() -> None:
                     f" {r['runner_startup_s']} s",
                     flush=True,
                 )
-                for q in r["top_statements"][:4]:
+                io = r["io"]
+                print(
+                    f"    blocks read {io['blocks_read']:,}, hit {io['blocks_hit']:,}; WAL {io['wal_bytes'] / 2**20:.1f} MiB,"
+                    f" {io['wal_fpi']:,} full-page images"
+                )
+                for q in r["top_statements"][:6]:
                     print(
                         f"    {q['calls']} calls, {q['total_ms']} ms (mean {q['mean_ms']}): {q['sql'][:160]}"
                     )

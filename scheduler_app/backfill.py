@@ -6,8 +6,13 @@ runner catching up can create it twice. A fire time has an execution when its ow
 exists, whatever its state (one skipped by the overlap policy included), or when coalescing
 merged it into a later fire time's occurrence (``missed_fire_times``); the fire times a misfire
 skipped have none. Only fire times the runners have passed are backfilled: those before the
-task's next run (and before now); later ones are the runners' to create. With journal retention
+task's next run (and before now; a paused task's, before its pause's end, the runners creating
+none of its paused fire times); later ones are the runners' to create. With journal retention
 on, only fire times within it: an older one may have run and its execution been pruned.
+
+A pause holds backfilled occurrences in pending (``models.held_by_pause``) where it ends the
+task's other scheduled ones: pausing a task in the middle of a backfill pauses the backfill, and
+resuming it goes on with the fire times left; a backfill of a paused task waits for its resume.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from django.db import transaction
 from scheduler_app import audit, occurrences, schedule, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import Conflict, InvalidDefinition, InvalidState, TaskNotFound
-from scheduler_app.models import Execution, Status, Task, scheduled_occurrence_id
+from scheduler_app.models import BACKFILL_SOURCE, Execution, Status, Task, scheduled_occurrence_id
 
 # The most occurrences one backfill creates: beyond it the call is refused, naming where to split.
 MAX_CREATED = 1000
@@ -31,7 +36,6 @@ MAX_SCANNED = 100_000
 # Occurrence ids looked up per query.
 LOOKUP_CHUNK = 1000
 ONE_MICROSECOND = timedelta(microseconds=1)
-SOURCE = "backfill"
 
 
 @dataclass(frozen=True)
@@ -50,12 +54,7 @@ def plan(task_id: str, start: Any, end: Any, now: datetime) -> Plan:
     task = Task.objects.filter(id=task_id).first()
     if task is None:
         raise TaskNotFound()
-    if not task.enabled:
-        raise InvalidState(
-            f"Task {task.id!r} is paused (disabled): resume it first, or its backfilled runs "
-            "would end interrupted."
-        )
-    frontier = min(end, now) if task.next_run_at is None else min(end, now, task.next_run_at)
+    frontier = min(moment for moment in (end, now, _runners_from(task)) if moment is not None)
     try:
         fires = schedule.fire_times(
             task, start - ONE_MICROSECOND, frontier - ONE_MICROSECOND, MAX_SCANNED + 1
@@ -94,6 +93,15 @@ def plan(task_id: str, start: Any, end: Any, now: datetime) -> Plan:
     return Plan(task=task, fire_times=missing)
 
 
+def _runners_from(task: Task) -> datetime | None:
+    """The first fire time the runners will create: the task's next run; for a paused task, none
+    before its pause's end (a runner resumes it from its first fire time at or after the end;
+    resumed by hand, from then), so every passed fire time of the pause is the backfill's."""
+    if not task.enabled:
+        return task.disabled_until
+    return task.next_run_at
+
+
 def create(found: Plan, now: datetime) -> list[Execution]:
     """Create the planned occurrences, pending; those another writer created meanwhile are left out.
 
@@ -109,7 +117,8 @@ def create(found: Plan, now: datetime) -> list[Execution]:
         if task.revision != found.task.revision:
             raise Conflict(f"Task {task.id!r} changed during the backfill: run it again.")
         planned = [
-            occurrences.scheduled(task, fire, now, Status.PENDING, source=SOURCE) for fire in found.fire_times
+            occurrences.scheduled(task, fire, now, Status.PENDING, source=BACKFILL_SOURCE)
+            for fire in found.fire_times
         ]
         created = occurrences.insert([(execution, reason) for execution in planned], "", now)
     if created:

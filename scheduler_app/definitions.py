@@ -319,7 +319,8 @@ def _instant(errors: Errors, field: str, value: Any) -> datetime | None:
 
 def check_schedule(task: dict[str, Any], errors: Errors, now: datetime) -> None:
     """Check how the fields of a whole task (model field values) fit together: a cron expression or
-    a run_at, not both; a window that is not empty; a jitter shorter than the shortest interval."""
+    a run_at, not both; a window that is not empty and holds a fire time (with both bounds; one
+    bound alone may end a task's runs); a jitter shorter than the shortest interval."""
     if errors.keys() & {"cron", "timezone", *INSTANTS, "jitter_seconds"}:
         return
     expression, run_at = task.get("cron") or "", task.get("run_at")
@@ -334,6 +335,26 @@ def check_schedule(task: dict[str, Any], errors: Errors, now: datetime) -> None:
     starts_at, ends_at = task.get("starts_at"), task.get("ends_at")
     if starts_at is not None and ends_at is not None and ends_at <= starts_at:
         errors.setdefault("ends_at", []).append("Must be after starts_at.")
+        return
+    # A schedule that can never fire inside its window is a mistake, not a task that waits.
+    if run_at is not None:
+        if starts_at is not None and run_at < starts_at:
+            errors.setdefault("run_at", []).append("Must be at or after starts_at: it would never fire.")
+        if ends_at is not None and run_at >= ends_at:
+            errors.setdefault("run_at", []).append("Must be before ends_at: it would never fire.")
+    elif starts_at is not None and ends_at is not None:
+        zone = task.get("timezone") or ""
+        try:
+            first: datetime | None = cron.next_fire_time(
+                expression, zone, starts_at - schedule.ONE_MICROSECOND
+            )
+        except ValueError:
+            first = None
+        if first is None or first >= ends_at:
+            errors.setdefault("ends_at", []).append(
+                "The window from starts_at until ends_at holds no fire time of the cron expression "
+                f"({_utc_text(starts_at)} to {_utc_text(ends_at)}, in {zone or 'UTC'}): it would never fire."
+            )
     jitter = task.get("jitter_seconds") or 0
     if jitter and expression:
         interval = schedule.shortest_interval(expression, task.get("timezone") or "", now)
@@ -341,6 +362,10 @@ def check_schedule(task: dict[str, Any], errors: Errors, now: datetime) -> None:
             errors.setdefault("jitter_seconds", []).append(
                 f"Must be shorter than the shortest interval between fire times ({interval.total_seconds():g} s)."
             )
+
+
+def _utc_text(moment: datetime) -> str:
+    return f"{moment.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
 
 
 def validate_definition(data: Any) -> dict[str, Any]:

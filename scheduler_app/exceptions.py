@@ -33,6 +33,15 @@ class SchedulerError(Exception):
         self.details = details
         super().__init__(self.message)
 
+    def explained(self) -> str:
+        """The message with what is wrong with each field, in one line for a person to read."""
+        errors = self.details.get("errors") or {}
+        parts = [
+            f"{field}: {' '.join(messages)}" if field else " ".join(messages)
+            for field, messages in errors.items()
+        ]
+        return " ".join([self.message, *parts])
+
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"code": self.code, "message": self.message}
         data.update(self.details)

@@ -1,5 +1,6 @@
-"""What an operator is told about: runners alive or gone silent, late runs, unknown executions and
-log rows waiting for repair; read with a few indexed queries, from any node."""
+"""What an operator is told about: runners alive or gone silent, late runs, unknown executions, log
+rows waiting for repair and tasks whose schedule cannot be evaluated; read with a few indexed
+queries, from any node."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Q
 
-from scheduler_app import lateness, listing
+from scheduler_app import lateness, listing, schedule
 from scheduler_app.models import Execution, Runner, Task
 
 # A silent runner alerts for this long after it was last seen; older ones are only listed.
 SILENT_HORIZON = timedelta(days=1)
+# The most tasks without a next run whose schedule one check evaluates (tasks whose window ended
+# are not read at all).
+UNSCHEDULED_READ = 1000
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class Health:
     oldest_late: datetime | None
     tasks_behind: int
     log_failures: int
+    unschedulable: list[str] = field(default_factory=list)
     conditions: list[Condition] = field(default_factory=list)
 
     @property
@@ -71,6 +76,7 @@ class Health:
                 "tasks_behind": self.tasks_behind,
             },
             "log_failures": {"count": self.log_failures},
+            "unschedulable": {"count": len(self.unschedulable), "task_ids": self.unschedulable},
         }
 
 
@@ -113,9 +119,30 @@ def check(now: datetime) -> Health:
         oldest_late=late["oldest"],
         tasks_behind=behind,
         log_failures=failures,
+        unschedulable=unschedulable(now),
     )
     health.conditions.extend(_conditions(health))
     return health
+
+
+def unschedulable(now: datetime) -> list[str]:
+    """Enabled cron tasks that will not fire again although their window is open: a runner found
+    their stored cron expression or timezone cannot be evaluated (written around validation: raw
+    SQL, a fixture) and left them without a next run. One indexed read of the enabled tasks without
+    a next run; only those are evaluated, and only their first UNSCHEDULED_READ."""
+    candidates = (
+        Task.objects.filter(enabled=True, next_run_at=None)
+        .exclude(cron="")
+        .filter(Q(ends_at=None) | Q(ends_at__gt=now))
+        .order_by("id")[:UNSCHEDULED_READ]
+    )
+    found = []
+    for task in candidates:
+        try:
+            schedule.next_fire(task, now)
+        except ValueError:
+            found.append(task.id)
+    return found
 
 
 def _ago(now: datetime, then: datetime | None) -> str:
@@ -153,5 +180,14 @@ def _conditions(h: Health) -> list[Condition]:
     if h.log_failures:
         found.append(
             Condition("log_failures", 6, f"{h.log_failures} executions have log rows waiting for repair")
+        )
+    if h.unschedulable:
+        found.append(
+            Condition(
+                "unschedulable",
+                7,
+                f"{len(h.unschedulable)} enabled tasks will not fire: their stored cron expression or"
+                f" timezone cannot be evaluated: {', '.join(h.unschedulable[:10])}",
+            )
         )
     return found

@@ -1,5 +1,6 @@
-"""When a run is late: its due time, or its task's next fire time not yet scheduled, passed more
-than the task's misfire grace ago (MISFIRE_GRACE_SECONDS for a task without one of its own).
+"""When a run is late: the instant it could first run (its due time, or its creation if later),
+or its task's next fire time not yet scheduled, passed more than the task's misfire grace ago
+(MISFIRE_GRACE_SECONDS for a task without one of its own).
 
 Tasks are grouped by grace: each distinct grace is one term of one condition, so the health
 check, the metrics and the admin's task list cost the same statements with a hundred thousand
@@ -15,7 +16,7 @@ from operator import or_
 from django.db.models import Q
 
 from scheduler_app.conf import scheduler_settings
-from scheduler_app.models import Status, Task
+from scheduler_app.models import Status, Task, held_by_pause
 
 
 def default_grace() -> timedelta:
@@ -28,12 +29,10 @@ Cutoffs = list[tuple[int | None, datetime]]
 def cutoffs(now: datetime) -> Cutoffs:
     """Each grace in use (None: the setting's) with the instant before which a due time is late:
     one statement, read once for the conditions below."""
-    own = Task.objects.filter(misfire_grace_seconds__isnull=False).order_by()
-    graces = {
-        grace for grace in own.values_list("misfire_grace_seconds", flat=True).distinct() if grace is not None
-    }
+    own = Task.objects.filter(misfire_grace_seconds__isnull=False).order_by("misfire_grace_seconds")
+    graces: list[int] = list(own.values_list("misfire_grace_seconds", flat=True).distinct())  # type: ignore[arg-type]
     found: Cutoffs = [(None, now - default_grace())]
-    return found + [(grace, now - timedelta(seconds=grace)) for grace in sorted(graces)]
+    return found + [(grace, now - timedelta(seconds=grace)) for grace in graces]
 
 
 def tasks(cutoffs: Cutoffs, field: str = "next_run_at") -> Q:
@@ -46,12 +45,21 @@ def tasks(cutoffs: Cutoffs, field: str = "next_run_at") -> Q:
 
 
 def pending(cutoffs: Cutoffs) -> Q:
-    """On Execution: the pending executions due more than their task's grace ago."""
+    """On Execution: the pending executions that could run more than their task's grace ago: due,
+    and created, before the cutoff (a backfill creates occurrences due long ago). Backfilled
+    occurrences a pause holds are not late."""
     own = Task.objects.filter(misfire_grace_seconds__isnull=False).values("id")
     terms = []
     for grace, cutoff in cutoffs:
+        since = Q(due_at__lt=cutoff, created_at__lt=cutoff)
         if grace is None:
-            terms.append(Q(due_at__lt=cutoff) & ~Q(task_id__in=own))
+            terms.append(since & ~Q(task_id__in=own))
         else:
-            terms.append(Q(due_at__lt=cutoff, task_id__in=own.filter(misfire_grace_seconds=grace)))
-    return Q(status=Status.PENDING) & reduce(or_, terms)
+            terms.append(since & Q(task_id__in=own.filter(misfire_grace_seconds=grace)))
+    return Q(status=Status.PENDING) & reduce(or_, terms) & ~held_by_pause()
+
+
+def start_lag(due_at: datetime, created_at: datetime, started_at: datetime) -> float:
+    """Seconds from when an execution could first run (its due time, or its creation if later: a
+    backfill creates occurrences due long ago) until it started; never negative."""
+    return max(0.0, (started_at - max(due_at, created_at)).total_seconds())

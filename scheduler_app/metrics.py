@@ -14,9 +14,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from scheduler_app import health
+from scheduler_app import health, lateness
 from scheduler_app.db import probe
-from scheduler_app.models import TERMINAL, Execution, Status
+from scheduler_app.logs import log_alias
+from scheduler_app.models import TERMINAL, Execution, ExecutionLog, Status
 
 WINDOW = timedelta(hours=1)
 # The histograms read at most this many of the executions that ended within WINDOW, the newest.
@@ -58,6 +59,11 @@ class ClusterCollector:
         yield GaugeMetricFamily(
             "scheduler_log_failures", "Executions whose log rows wait for repair.", value=report.log_failures
         )
+        yield GaugeMetricFamily(
+            "scheduler_tasks_unschedulable",
+            "Enabled tasks that will not fire: their stored schedule cannot be evaluated.",
+            value=len(report.unschedulable),
+        )
         runners = GaugeMetricFamily("scheduler_runners", "Runners by state.", labels=["state"])
         by_state = {"alive": 0, "silent": 0, "stopped": 0}
         for runner in report.runners:
@@ -75,21 +81,52 @@ class ClusterCollector:
         for row in counted.values_list("status", "trigger_type", "n"):
             ended.add_metric([row[0], row[1]], row[2])
         yield ended
+        # One log row per ended attempt: a failed attempt counts whether or not it is retried,
+        # where the executions above show only their final status.
+        attempts = GaugeMetricFamily(
+            "scheduler_attempts_ended_last_hour",
+            "Attempts that ended in the last hour, by status, retried failures included.",
+            labels=["status"],
+        )
+        logged = (
+            ExecutionLog.objects.using(log_alias())
+            .filter(finished_at__gte=now - WINDOW)
+            .order_by()
+            .values("status")
+            .annotate(n=Count("id"))
+        )
+        for outcome, n in logged.values_list("status", "n"):
+            attempts.add_metric([outcome], n)
+        yield attempts
+        # The records of misfires (one per task and catch-up, counting the fire times it skipped).
+        records = recent.filter(status=Status.INTERRUPTED, error__reason="misfire").order_by("-finished_at")
+        yield GaugeMetricFamily(
+            "scheduler_fire_times_missed_last_hour",
+            "Scheduled fire times skipped as misfires (not run) in the last hour.",
+            value=sum(
+                (missed or {}).get("count", 0)
+                for missed in records.values_list("missed_fire_times", flat=True)[:SAMPLE]
+            ),
+        )
         times = list(
             recent.exclude(started_at=None)
             .order_by("-finished_at")
-            .values_list("due_at", "started_at", "finished_at")[:SAMPLE]
+            .values_list("due_at", "started_at", "finished_at", "created_at")[:SAMPLE]
         )
         yield _histogram(
             "scheduler_start_lag_seconds",
             "Due-to-start lag of the executions that ended in the last hour (the newest 10,000).",
-            [(started - due).total_seconds() for due, started, _ in times if started],
+            [lateness.start_lag(due, created, started) for due, started, _, created in times if started],
             LAG_BUCKETS,
         )
         yield _histogram(
             "scheduler_duration_seconds",
             "Last attempt's duration of the executions that ended in the last hour (the newest 10,000).",
-            [(finished - started).total_seconds() for _, started, finished in times if started and finished],
+            [
+                (finished - started).total_seconds()
+                for _, started, finished, _ in times
+                if started and finished
+            ],
             DURATION_BUCKETS,
         )
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import models
 
+from scheduler_app import schedule
 from scheduler_app.indexes import PartialIndex
 
 OCCURRENCE_NAMESPACE = uuid.UUID("6f1c2a4e-5b7d-4c1e-9a3f-2d8e7b6c5a41")
@@ -96,6 +97,16 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+    def due_time(self, fire: datetime) -> datetime:
+        """When the occurrence of fire time ``fire`` comes due: shifted by the task's jitter."""
+        if not self.jitter_seconds:
+            return fire
+        return fire + schedule.jitter(self.jitter_seconds, scheduled_occurrence_id(self.id, fire))
+
+    def pause_skips(self, fire: datetime) -> bool:
+        """Whether the task's pause keeps fire time ``fire`` from running."""
+        return not self.enabled and (self.disabled_until is None or fire < self.disabled_until)
 
     def to_definition(self) -> dict[str, Any]:
         """The definition dict of this task, in the shape register() accepts."""
@@ -202,13 +213,23 @@ UNLOGGED = (LogPersistence.PENDING, LogPersistence.UNCONFIRMED)
 
 
 def scheduled_occurrence_id(task_id: str, scheduled_for: datetime) -> uuid.UUID:
-    return uuid.uuid5(OCCURRENCE_NAMESPACE, f"{task_id}|{scheduled_for:%Y-%m-%dT%H:%MZ}")
+    return uuid.uuid5(OCCURRENCE_NAMESPACE, f"{task_id}|{_fire_text(scheduled_for)}")
+
+
+def _fire_text(fire: datetime) -> str:
+    """A fire time in an occurrence id: to the minute, as every cron fire time is; a one-shot task's
+    run_at off the minute to the microsecond, so that it never takes the id of a run of the task
+    earlier in the same minute (a cron run at 10:00, then run_at 10:00:40)."""
+    fire = fire.astimezone(UTC)
+    if fire.second or fire.microsecond:
+        return f"{fire:%Y-%m-%dT%H:%M:%S.%fZ}"
+    return f"{fire:%Y-%m-%dT%H:%MZ}"
 
 
 def missed_occurrence_id(task_id: str, first: datetime) -> uuid.UUID:
     """The record of fire times skipped by a misfire: an id of its own, so that each skipped fire
     time's own id stays free for a backfill."""
-    return uuid.uuid5(OCCURRENCE_NAMESPACE, f"{task_id}|missed|{first:%Y-%m-%dT%H:%MZ}")
+    return uuid.uuid5(OCCURRENCE_NAMESPACE, f"{task_id}|missed|{_fire_text(first)}")
 
 
 def manual_occurrence_id(task_id: str, idempotency_key: str | None) -> uuid.UUID:
@@ -219,6 +240,20 @@ def manual_occurrence_id(task_id: str, idempotency_key: str | None) -> uuid.UUID
 
 def log_id(occurrence_id: uuid.UUID, attempt: int) -> uuid.UUID:
     return uuid.uuid5(occurrence_id, str(attempt))
+
+
+# The trigger source of backfilled occurrences. They were asked for fire time by fire time: a pause
+# holds them in pending (the claim passes over them) where it ends the other scheduled ones.
+BACKFILL_SOURCE = "backfill"
+
+
+def held_by_pause() -> models.Q:
+    """On Execution: backfilled occurrences of paused tasks, which wait for the task's resume."""
+    return models.Q(
+        trigger_source=BACKFILL_SOURCE,
+        trigger_type=TriggerType.SCHEDULED,
+        task_id__in=Task.objects.filter(enabled=False).values("id"),
+    )
 
 
 class ExecutionQuerySet(models.QuerySet):
@@ -254,7 +289,8 @@ class Execution(models.Model):
     task_revision = models.PositiveIntegerField(default=0)
     trigger_type = models.CharField(max_length=16, choices=TriggerType.choices)
     trigger_source = models.CharField(max_length=200, blank=True)
-    # NULL, not "", so that keyless triggers never collide in the unique constraint.
+    # Unique with the task through occurrence_id, which is derived from both (manual_occurrence_id):
+    # a second index on them would be one more index entry to write at every change of the row.
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     payload_hash = models.CharField(max_length=64, blank=True)
     scheduled_for = models.DateTimeField(null=True, blank=True)
@@ -286,9 +322,6 @@ class Execution(models.Model):
 
     class Meta:
         ordering = ["-sequence"]
-        constraints = [
-            models.UniqueConstraint(fields=["task_id", "idempotency_key"], name="scheduler_execution_key"),
-        ]
         indexes = [
             # Claims read due rows in (due_at, sequence) order and stop at their limit: with the
             # sequence in the index they read no more rows than they lock, however many are due.
@@ -389,10 +422,11 @@ class ExecutionLog(models.Model):
 
 
 class RunnerQuerySet(models.QuerySet):
-    def with_state(self, now: datetime) -> RunnerQuerySet:
+    def with_state(self, now: datetime | models.Func) -> RunnerQuerySet:
         """Annotate ``state``: stopped, alive (its heartbeat is not overdue at ``now``) or silent.
 
-        Runners write their heartbeat on the database clock: pass ``now`` read from it.
+        Runners write their heartbeat on the database clock: pass ``now`` read from it, or the
+        database function ``Now()``.
         """
         return self.annotate(
             state=models.Case(

@@ -45,6 +45,7 @@ from scheduler_app.exceptions import (
     TaskNotFound,
 )
 from scheduler_app.models import (
+    BACKFILL_SOURCE,
     LEASED,
     NO_LONGER_DECLARED,
     NOT_PAUSED,
@@ -110,6 +111,10 @@ def _check_resolvable(execution: Execution, expected_updated_at: datetime) -> No
         raise Conflict("The execution changed since it was read; reload and try again.")
     if execution.status != Status.UNKNOWN:
         raise InvalidState("Only executions in state unknown can be resolved.")
+
+
+# How many moves of an execution a stop request follows before it gives up (InvalidState).
+MOVES_FOLLOWED = 3
 
 
 class Executions:
@@ -205,25 +210,31 @@ class Executions:
         return self.get(occurrence_id)
 
     def request_stop(self, occurrence_id: Any, *, by: str = "") -> Execution:
-        """Stop an execution: pending ones end now, running ones within one lease renewal."""
-        execution = self.get(occurrence_id)
+        """Stop an execution: a pending one ends now, a claimed or running one within about a tick
+        (its runner reads the flag at each tick). InvalidState once it has ended."""
         now = timezone.now()
         reason = "stop requested" + (f": by {by}" if by else "")
         with storage_errors():
-            if execution.status == Status.PENDING:
-                with transaction.atomic():
-                    event = journal.interrupt_pending(execution, now, reason, by, stop_requested=True)
-                    if event is not None:
-                        journal.append([event])
-                if event is not None:
-                    _refresh_logs(execution.occurrence_id)
-                    return self.get(occurrence_id)
+            # An execution can move between the read and the write (its outcome committed, its
+            # failed attempt went back to pending for a retry): read it again and act on its state.
+            for _ in range(MOVES_FOLLOWED):
                 execution = self.get(occurrence_id)
-            if execution.status in LEASED:
-                Execution.objects.filter(sequence=execution.sequence, status__in=LEASED).update(
-                    stop_requested=True, updated_at=now
-                )
-                return self.get(occurrence_id)
+                if execution.status == Status.PENDING:
+                    with transaction.atomic():
+                        event = journal.interrupt_pending(execution, now, reason, by, stop_requested=True)
+                        if event is not None:
+                            journal.append([event])
+                    if event is not None:
+                        _refresh_logs(execution.occurrence_id)
+                        return self.get(occurrence_id)
+                elif execution.status in LEASED:
+                    flagged = Execution.objects.filter(sequence=execution.sequence, status__in=LEASED).update(
+                        stop_requested=True, updated_at=now
+                    )
+                    if flagged:
+                        return self.get(occurrence_id)
+                else:
+                    break
         raise InvalidState("Only pending, claimed or running executions can be stopped.")
 
 
@@ -257,7 +268,8 @@ class Scheduler:
             if "timezone" in data and "cron" not in data:
                 data["cron"] = task.cron
             values = definitions.validate_changes(data)
-            if "cron" in changes and "timezone" not in changes:
+            # A cleared expression (a switch to run_at) is checked with the whole schedule below.
+            if values.get("cron") and "timezone" not in changes:
                 definitions.raise_if_errors(_cron_errors(values["cron"], task.timezone))
             values = _one_schedule(task, changes, values)
             _refuse_declared(task, values)
@@ -360,7 +372,8 @@ class Scheduler:
         first: with ``dry_run`` (the default) unsaved, as they would be created; without it created
         pending, to run in turn under the task's max_concurrency. Fire times the runners have not
         passed yet (from the task's next run on) are left to them. At most 1,000 per call
-        (InvalidDefinition beyond, naming where to end the range); a paused task is InvalidState."""
+        (InvalidDefinition beyond, naming where to end the range). A paused task's backfilled
+        occurrences wait in pending until it is resumed."""
         if not isinstance(dry_run, bool):
             raise InvalidDefinition(
                 "The backfill is invalid.", errors={"dry_run": ["Must be true or false."]}
@@ -371,7 +384,7 @@ class Scheduler:
             found = backfill.plan(task_id, start, end, now)
             if dry_run:
                 return [
-                    occurrences.scheduled(found.task, fire, now, Status.PENDING, source=backfill.SOURCE)
+                    occurrences.scheduled(found.task, fire, now, Status.PENDING, source=BACKFILL_SOURCE)
                     for fire in found.fire_times
                 ]
             return backfill.create(found, now)
@@ -427,7 +440,7 @@ class Scheduler:
         """Create a manual execution (idempotent per key), due now, at ``run_at`` or after ``delay``
         seconds; optionally wait for its end."""
         errors = _trigger_errors(source, idempotency_key, params)
-        errors.update(_due_errors(run_at, delay))
+        errors.update(due_errors(run_at, delay))
         if wait is not None and (not isinstance(wait, (int, float)) or wait < 0 or wait > 3600):
             errors["wait"] = ["Must be a number of seconds from 0 to 3600."]
         if errors:
@@ -449,7 +462,7 @@ class Scheduler:
     ) -> tuple[Execution, bool]:
         """Like trigger(), without waiting; also says whether the execution was created (False: key reused)."""
         errors = _trigger_errors(source, idempotency_key, params)
-        errors.update(_due_errors(run_at, delay))
+        errors.update(due_errors(run_at, delay))
         if errors:
             raise InvalidDefinition("The trigger is invalid.", errors=errors)
         return self._create(task_id, source, idempotency_key, params, run_at, delay)
@@ -797,7 +810,7 @@ def _valid_triggers(batch: Any, source: Any) -> list[Trigger]:
     return [Trigger(item.get("idempotency_key"), item.get("params")) for item in batch]
 
 
-def _due_errors(run_at: Any, delay: Any) -> dict[str, list[str]]:
+def due_errors(run_at: Any, delay: Any) -> dict[str, list[str]]:
     """What is wrong with when a trigger asks to run: an aware instant, or seconds from now, not both."""
     errors: dict[str, list[str]] = {}
     if run_at is not None and (not isinstance(run_at, datetime) or run_at.utcoffset() is None):

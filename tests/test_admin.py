@@ -718,6 +718,54 @@ def test_runners_show_who_is_alive_and_what_they_hold(admin_client):
     assert [runner.node_id for runner in alive.context["cl"].result_list] == ["node-a"]
 
 
+def test_an_operator_marks_a_silent_runner_stopped_and_its_heartbeat_would_revive_it(clock):
+    """A runner killed without a clean stop is silent for a day of scheduler_status alerts until an
+    operator with change_runner says it is gone; alive and stopped runners are left as they are."""
+    from scheduler_app import health
+    from scheduler_app.db import probe
+    from tests.factories import inline_runner
+
+    now = probe().now  # runners write their heartbeats on the database clock
+    for node_id, silent_after, stopped_at in [
+        ("gone", now - timedelta(minutes=5), None),
+        ("alive", now + timedelta(minutes=5), None),
+        ("done", now - timedelta(minutes=5), now - timedelta(minutes=6)),
+    ]:
+        Runner.objects.create(
+            node_id=node_id,
+            host="h",
+            pid=1,
+            started_at=now - timedelta(hours=1),
+            last_seen_at=silent_after - timedelta(seconds=61),
+            silent_after=silent_after,
+            stopped_at=stopped_at,
+        )
+    url = reverse("admin:scheduler_app_runner_changelist")
+    selected = {
+        "action": "mark_stopped",
+        "_selected_action": list(Runner.objects.values_list("pk", flat=True)),
+    }
+    viewer = Client()
+    viewer.force_login(staff("vera", "view_runner"))
+    assert "mark_stopped" not in viewer.get(url).content.decode()
+    viewer.post(url, selected)
+    assert Runner.objects.get(node_id="gone").stopped_at is None
+    operator = Client()
+    operator.force_login(staff("otto", "view_runner", "change_runner"))
+    response = operator.post(url, selected, follow=True)
+    assert messages_of(response) == [
+        "Marked 1 silent runner as stopped: gone.",
+        "Left 2 runners as they are (alive or already stopped): alive, done.",
+    ]
+    states = {r.node_id: r.state for r in Runner.objects.with_state(probe().now)}
+    assert states == {"gone": "stopped", "alive": "alive", "done": "stopped"}
+    assert "silent_runners" not in {c.name for c in health.check(probe().now).conditions}
+    runner = inline_runner(clock, node_id="gone")
+    Runner.objects.filter(node_id="gone").update(stopped_at=now)
+    runner.renew_leases()
+    assert Runner.objects.get(node_id="gone").stopped_at is None
+
+
 def test_the_dashboard_counts_states_and_draws_runs_per_hour(admin_client):
     make_execution("a", "unknown")
     make_execution("b", "success", log_persistence="pending")

@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from scheduler_app import scheduler, statements
+from scheduler_app import occurrences, scheduler, statements
 from scheduler_app.models import Execution, ExecutionEvent, Status, Task
 from scheduler_app.runner import claims, scheduling
-from tests.factories import definition
+from tests.factories import T0, definition
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def workload(clock) -> None:
     """Rows of every kind a claim meets: free slots, a limit reached, a task at capacity, a
-    disabled task's scheduled occurrence, a retry not yet due."""
+    disabled task's scheduled occurrence, a paused task's backfilled one, a retry not yet due."""
     scheduler.register(definition("two", cron="0 0 1 1 *", max_concurrency=2))
     scheduler.register(definition("five", cron="0 0 1 1 *", max_concurrency=5))
     scheduler.register(definition("full", cron="0 0 1 1 *", max_concurrency=1))
@@ -37,6 +37,13 @@ def workload(clock) -> None:
     Execution.objects.filter(idempotency_key="later").update(due_at=clock.now() + timedelta(hours=1))
     scheduling.schedule_due(clock.now(), "node-z")
     scheduler.update_task("off", enabled=False)
+    # A backfilled occurrence of a paused task: held, neither claimed nor ended.
+    scheduler.register(definition("held", cron="* * * * *"))
+    backfilled = occurrences.scheduled(
+        Task.objects.get(id="held"), T0 - timedelta(minutes=5), clock.now(), Status.PENDING, source="backfill"
+    )
+    occurrences.insert([(backfilled, "backfilled")], "", clock.now())
+    scheduler.pause("held")
     clock.advance(1)
 
 

@@ -203,6 +203,10 @@ def test_each_condition_has_its_exit_code_and_the_lowest_wins(clock):
     scheduler.register(definition("report", cron="0 0 1 1 *", max_concurrency=5))
     runner_record("a", now, now + timedelta(minutes=5))
     assert status() == (0, "a\talive\tlast seen " + f"{now:%Y-%m-%dT%H:%M:%SZ}\n")
+    scheduler.register(definition("broken", cron="0 0 1 1 *"))
+    Task.objects.filter(id="broken").update(timezone="Mars/Olympus", next_run_at=None)
+    code, output = status()
+    assert code == 7 and "1 enabled tasks will not fire" in output and ": broken" in output
     failure = scheduler.trigger("report", idempotency_key="f")
     Execution.objects.filter(sequence=failure.sequence).update(status="failed", finished_at=now)
     assert status()[0] == 6  # its log row was never written
@@ -224,7 +228,33 @@ def test_each_condition_has_its_exit_code_and_the_lowest_wins(clock):
         "ALERT unknown",
         "ALERT silent_runners",
         "ALERT log_failures",
+        "ALERT unschedulable",
     ]
+
+
+def test_only_tasks_whose_schedule_cannot_be_evaluated_are_unschedulable(clock):
+    """Enabled tasks without a next run are most often done (a window ended, a one-shot fired, no
+    fire time left before ends_at): only a stored schedule a runner could not evaluate alerts."""
+    import json
+
+    now = db.probe().now
+    runner_record("a", now, now + timedelta(minutes=5))
+    scheduler.register(definition("ended", cron="* * * * *", ends_at=now + timedelta(minutes=5)))
+    scheduler.register(definition("none-left", cron="0 0 1 1 *", ends_at=now + timedelta(minutes=5)))
+    scheduler.register(definition("bad-zone", cron="* * * * *"))
+    scheduler.register(definition("bad-cron", cron="* * * * *"))
+    scheduler.register(definition("paused", cron="* * * * *"))
+    Task.objects.filter(id="ended").update(ends_at=now - timedelta(minutes=1))
+    Task.objects.filter(id="bad-zone").update(timezone="Mars/Olympus")
+    Task.objects.filter(id="bad-cron").update(cron="61 * * * *")
+    Task.objects.filter(id="paused").update(cron="61 * * * *", enabled=False)
+    Task.objects.update(next_run_at=None)
+    code, output = status("--json")
+    assert code == 7
+    assert json.loads(output)["unschedulable"] == {"count": 2, "task_ids": ["bad-cron", "bad-zone"]}
+    from tests.test_metrics import scrape, value
+
+    assert value(scrape(), "scheduler_tasks_unschedulable") == 2
 
 
 def test_late_runs_and_tasks_behind_follow_each_tasks_misfire_grace(clock):

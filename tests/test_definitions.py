@@ -284,3 +284,16 @@ def test_registry_masks_handler_secrets_for_display():
     assert registry.masked(None) is None
     assert registry.masked({"kind": "telepathy", "key": "k"}) == {"kind": "telepathy"}
     assert registry.masked({"kind": "fake", "outcome": "fail"}) == {"kind": "fake", "outcome": "fail"}
+
+
+def test_an_error_explained_to_a_person_names_what_is_wrong_with_each_field():
+    from scheduler_app.exceptions import InvalidDefinition, TaskNotFound
+
+    refused = InvalidDefinition(
+        "The trigger is invalid.",
+        errors={"run_at": ["Must be at most 366 days from now."], "": ["Unknown fields: x."]},
+    )
+    assert refused.explained() == (
+        "The trigger is invalid. run_at: Must be at most 366 days from now. Unknown fields: x."
+    )
+    assert TaskNotFound().explained() == "No task with that id."

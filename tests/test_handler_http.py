@@ -52,6 +52,8 @@ def _allow_local_servers(settings: Any) -> None:
         ({"url": "http:///no-host"}, "handler.url"),
         ({"url": "http://example.com:99999/"}, "handler.url"),
         ({"url": "http://exa mple.com/"}, "handler.url"),
+        ({"url": "http://[fe80::1%25eth0]:8080/"}, "handler.url"),
+        ({"url": "http://[::1%5C]/"}, "handler.url"),
         ({"method": "HEAD"}, "handler.method"),
         ({"method": "post"}, "handler.method"),
         ({"headers": ["X-A"]}, "handler.headers"),

@@ -95,6 +95,62 @@ def test_the_figures_of_the_journal(clock):
     assert value(samples, "scheduler_start_lag_seconds_gcount") == 2
     assert value(samples, "scheduler_duration_seconds_bucket", le="1.0") == 1
     assert value(samples, "scheduler_duration_seconds_gsum") == pytest.approx(3.8)
+    # A backfilled occurrence, due a day before it was created: its lag counts from its creation.
+    set_row(4, status="success", due_at=now - timedelta(days=1), created_at=now - timedelta(seconds=30))
+    Execution.objects.filter(sequence=made[4].sequence).update(
+        started_at=now - timedelta(seconds=29), finished_at=now - timedelta(seconds=28)
+    )
+    samples = scrape()
+    assert value(samples, "scheduler_start_lag_seconds_bucket", le="10.0") == 3
+    assert value(samples, "scheduler_start_lag_seconds_gcount") == 3
+
+
+def test_failed_attempts_that_were_retried_count_in_the_attempts_ended(clock):
+    """The executions' final statuses hide a failure that a retry made good; the log rows, one per
+    attempt, do not."""
+    import uuid
+
+    from scheduler_app.models import ExecutionLog, log_id
+
+    now = db.probe().now
+    occurrence = uuid.uuid4()
+    for attempt, status, ago in [(1, "failed", 50), (2, "success", 40)]:
+        ExecutionLog.objects.create(
+            id=log_id(occurrence, attempt),
+            occurrence_id=occurrence,
+            task_id="report",
+            trigger_type="scheduled",
+            status=status,
+            attempt=attempt,
+            started_at=now - timedelta(minutes=ago),
+            finished_at=now - timedelta(minutes=ago),
+        )
+    ExecutionLog.objects.create(
+        id=log_id(uuid.uuid4(), 1),
+        occurrence_id=uuid.uuid4(),
+        task_id="report",
+        trigger_type="scheduled",
+        status="failed",
+        attempt=1,
+        finished_at=now - timedelta(hours=2),  # before the hour
+    )
+    samples = scrape()
+    assert value(samples, "scheduler_attempts_ended_last_hour", status="failed") == 1
+    assert value(samples, "scheduler_attempts_ended_last_hour", status="success") == 1
+
+
+def test_fire_times_skipped_as_misfires_are_counted(clock):
+    from scheduler_app.models import Status, Task
+    from scheduler_app.runner import scheduling
+
+    now = db.probe().now
+    scheduler.register(definition("report", cron="* * * * *"))
+    Task.objects.update(next_run_at=now.replace(second=0, microsecond=0) - timedelta(minutes=10))
+    assert value(scrape(), "scheduler_fire_times_missed_last_hour") == 0
+    scheduling.schedule_due(now, "node-a")
+    record = Execution.objects.get(status=Status.INTERRUPTED)
+    assert record.missed_fire_times["count"] >= 8
+    assert value(scrape(), "scheduler_fire_times_missed_last_hour") == record.missed_fire_times["count"]
 
 
 def test_late_follows_each_tasks_own_misfire_grace(clock):

@@ -66,11 +66,26 @@ def test_the_rest_form_gives_utc_and_local_times(before_the_jump):
     assert response.json() == {
         "task_id": "report",
         "cron": "30 2 * * *",
+        "run_at": None,
         "timezone": "America/New_York",
+        "starts_at": None,
+        "ends_at": None,
+        "jitter_seconds": 0,
         "enabled": True,
+        "disabled_until": None,
         "next_runs": [
-            {"at": "2026-03-07T07:30:00Z", "local": "2026-03-07T02:30:00-05:00"},
-            {"at": "2026-03-08T07:00:00Z", "local": "2026-03-08T03:00:00-04:00"},
+            {
+                "at": "2026-03-07T07:30:00Z",
+                "local": "2026-03-07T02:30:00-05:00",
+                "due": "2026-03-07T07:30:00Z",
+                "runs": True,
+            },
+            {
+                "at": "2026-03-08T07:00:00Z",
+                "local": "2026-03-08T03:00:00-04:00",
+                "due": "2026-03-08T07:00:00Z",
+                "runs": True,
+            },
         ],
     }
     assert client.get(API + "tasks/report/next-runs/", {"n": 0}).json()["code"] == "scheduler:012"
@@ -78,3 +93,32 @@ def test_the_rest_form_gives_utc_and_local_times(before_the_jump):
     stranger = APIClient()
     stranger.force_login(User.objects.create_user("guest", is_staff=True))
     assert stranger.get(API + "tasks/report/next-runs/").status_code == 403
+
+
+def test_the_rest_form_shows_the_window_the_jittered_due_times_and_what_a_pause_skips(before_the_jump):
+    from datetime import timedelta
+
+    from scheduler_app.models import scheduled_occurrence_id
+    from scheduler_app.schedule import jitter
+
+    starts, ends = datetime(2026, 3, 7, 10, tzinfo=UTC), datetime(2026, 3, 7, 13, tzinfo=UTC)
+    scheduler.register(definition(cron="0 * * * *", starts_at=starts, ends_at=ends, jitter_seconds=600))
+    scheduler.pause("report", until=datetime(2026, 3, 7, 11, 30, tzinfo=UTC))
+    user = User.objects.create_user("ops", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename="view_task"))
+    client = APIClient()
+    client.force_login(user)
+    found = client.get(API + "tasks/report/next-runs/").json()
+    assert (found["starts_at"], found["ends_at"], found["jitter_seconds"], found["enabled"]) == (
+        "2026-03-07T10:00:00Z",
+        "2026-03-07T13:00:00Z",
+        600,
+        False,
+    )
+    assert found["disabled_until"] == "2026-03-07T11:30:00Z"
+    fires = [starts + timedelta(hours=n) for n in range(3)]
+    assert [run["at"] for run in found["next_runs"]] == [f"{f:%Y-%m-%dT%H:%M:%SZ}" for f in fires]
+    assert [run["runs"] for run in found["next_runs"]] == [False, False, True]
+    dues = [f + jitter(600, scheduled_occurrence_id("report", f)) for f in fires]
+    assert [datetime.fromisoformat(run["due"]) for run in found["next_runs"]] == dues
+    assert any(due != fire for due, fire in zip(dues, fires, strict=True))

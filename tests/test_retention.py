@@ -7,6 +7,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 
 from scheduler_app import retention, scheduler
@@ -104,6 +105,44 @@ def test_one_turn_a_minute_across_the_cluster_in_batches_within_its_budget(clock
     assert retention.prune_journal(now + timedelta(seconds=60), batch=3).executions == 4
     assert Execution.objects.count() == 0
     assert MaintenanceMark.objects.get(name=retention.JOURNAL_MARK).last_run_at == now + timedelta(seconds=60)
+
+
+@KEEP_30_DAYS
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has no row locks to skip")
+def test_rows_another_transaction_holds_are_left_for_a_later_turn_without_waiting(clock):
+    """A row locked elsewhere (a claim, an operator's resolve) is skipped, not waited for: the turn
+    deletes the others while the lock is held, and the next turn takes it."""
+    import threading
+
+    from django.db import connections, transaction
+
+    now = clock.now()
+    held, *_ = [journal_row(Status.SUCCESS, 40, now) for _ in range(3)]
+    locked, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                list(Execution.objects.select_for_update().filter(sequence=held.sequence))
+                locked.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+            done.set()
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        pruned = retention.prune_journal(now)
+        assert pruned.executions == 2
+        assert list(Execution.objects.values_list("sequence", flat=True)) == [held.sequence]
+        assert ExecutionLog.objects.filter(occurrence_id=held.occurrence_id).exists()
+    finally:
+        release.set()
+        assert done.wait(30)
+    assert retention.prune_journal(now + timedelta(minutes=1)).executions == 1
+    assert not Execution.objects.exists()
 
 
 @KEEP_30_DAYS

@@ -408,6 +408,39 @@ def test_a_stop_requested_between_claim_and_start_interrupts_without_running(clo
     assert execution.status == "interrupted" and not hooks.CALLS
 
 
+@pytest.mark.parametrize(
+    ("moved_to", "answer"), [(Status.SUCCESS, "refused"), (Status.PENDING, Status.INTERRUPTED)]
+)
+def test_a_stop_request_follows_an_execution_that_moved_after_it_was_read(
+    clock, monkeypatch, moved_to, answer
+):
+    """Read running, then its outcome (or its failed attempt's return to pending for a retry)
+    commits before the flag is written: a finished run is not answered as stopped, a pending one
+    is ended."""
+    from scheduler_app.exceptions import InvalidState
+    from scheduler_app.services import Executions
+
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    execution = scheduler.trigger("report")
+    claims.claim(clock.now(), "node-a", 1, 30)
+    Execution.objects.filter(sequence=execution.sequence).update(status=Status.RUNNING)
+    stale = Execution.objects.get(sequence=execution.sequence)
+    Execution.objects.filter(sequence=execution.sequence).update(status=moved_to, execution_token="")
+    reads = iter([stale])
+    real_get = Executions.get
+    monkeypatch.setattr(
+        Executions, "get", lambda self, occurrence_id: next(reads, None) or real_get(self, occurrence_id)
+    )
+    if answer == "refused":
+        with pytest.raises(InvalidState):
+            scheduler.executions.request_stop(execution.occurrence_id)
+        row = Execution.objects.get(sequence=execution.sequence)
+        assert (row.status, row.stop_requested) == (Status.SUCCESS, False)
+    else:
+        stopped = scheduler.executions.request_stop(execution.occurrence_id)
+        assert (stopped.status, stopped.stop_requested) == (Status.INTERRUPTED, True)
+
+
 def test_an_idle_tick_is_one_query_whatever_the_number_of_tasks(clock, django_assert_num_queries):
     def define(count: int) -> None:
         Task.objects.all().delete()

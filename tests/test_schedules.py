@@ -3,9 +3,13 @@ misfire records under each misfire policy. The runner runs inline on an injected
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.contrib.auth.models import User
+from django.urls import reverse
+from rest_framework.test import APIClient
 
 from scheduler_app import schedule, scheduler
 from scheduler_app.exceptions import InvalidCron, InvalidDefinition
@@ -20,7 +24,7 @@ from scheduler_app.models import (
 )
 from scheduler_app.runner import claims, scheduling
 from tests import hooks
-from tests.factories import T0, definition, inline_runner, ran_once
+from tests.factories import T0, definition, inline_runner, ran_once, task_form
 
 pytestmark = pytest.mark.django_db
 
@@ -53,6 +57,26 @@ def test_a_one_shot_task_fires_once_at_its_instant_and_then_has_no_next_run(cloc
     assert Execution.objects.count() == 1
     assert hooks.started() == ran_once("report", execution.occurrence_id)
     assert scheduler.next_runs("report") == []
+
+
+def test_a_one_shot_in_the_minute_of_an_earlier_run_of_the_task_fires_at_its_second(clock):
+    """Occurrence ids of whole minutes (every cron fire time) leave room for a run_at off the minute:
+    a cron run at 10:00, then run_at 10:00:40, is a run of its own, not the 10:00 run again."""
+    scheduler.register(definition(cron="0 10 * * *"))
+    runner = inline_runner(clock)
+    clock.set(T0.replace(hour=10))
+    runner.tick()
+    at = T0.replace(hour=10, second=40)
+    scheduler.update_task("report", run_at=at)
+    clock.set(at)
+    runner.tick()
+    rows = Execution.objects.order_by("sequence")
+    assert [(row.scheduled_for, row.status) for row in rows] == [
+        (T0.replace(hour=10), Status.SUCCESS),
+        (at, Status.SUCCESS),
+    ]
+    assert rows[1].occurrence_id == scheduled_occurrence_id("report", at) != rows[0].occurrence_id
+    assert scheduled_occurrence_id("report", T0.replace(hour=10)) == rows[0].occurrence_id
 
 
 def test_a_one_shot_task_with_delete_after_run_is_deleted_after_its_success(clock):
@@ -203,10 +227,87 @@ def test_a_task_fires_only_inside_its_window(clock):
     assert Task.objects.get().next_run_at is None
 
 
+@pytest.mark.parametrize("policy", ["coalesce", "run_all"])
+def test_a_runner_catching_up_late_creates_nothing_outside_the_window(clock, policy):
+    """One tick long after the window: only its fire times (starts_at included, ends_at not) are
+    caught up, run all or merged into one run."""
+    starts, ends = T0 + 3 * MINUTE, T0 + 6 * MINUTE
+    scheduler.register(
+        definition(starts_at=starts, ends_at=ends, misfire_grace_seconds=3600, misfire_policy=policy)
+    )
+    clock.set(T0 + 20 * MINUTE)
+    scheduling.schedule_due(clock.now(), "node-a")
+    runs = Execution.objects.order_by("scheduled_for")
+    if policy == "run_all":
+        assert [row.scheduled_for for row in runs] == [starts, starts + MINUTE, starts + 2 * MINUTE]
+    else:
+        (run,) = runs
+        assert run.scheduled_for == starts + 2 * MINUTE
+        assert run.missed_fire_times["listed"] == ["2026-03-02T09:03:00Z", "2026-03-02T09:04:00Z"]
+    assert Task.objects.get().next_run_at is None
+
+
 def test_a_window_that_ends_before_it_starts_is_refused():
     with pytest.raises(InvalidDefinition) as raised:
         scheduler.register(definition(starts_at=T0, ends_at=T0))
     assert list(raised.value.errors) == ["ends_at"]
+
+
+def test_a_cron_task_becomes_a_one_shot_from_python_rest_and_the_admin_form(clock, admin_client):
+    later = T0 + timedelta(hours=2)
+    for task_id in ("python", "rest", "admin"):
+        scheduler.register(definition(task_id))
+    scheduler.update_task("python", cron=None, run_at=later)
+    client = APIClient()
+    client.force_authenticate(User.objects.get(username="admin"))
+    patched = client.patch(
+        "/api/scheduler/tasks/rest/", {"cron": None, "run_at": later.isoformat()}, format="json"
+    )
+    assert patched.status_code == 200, patched.content
+    url = reverse("admin:scheduler_app_task_change", args=["admin"])
+    posted = task_form(Task.objects.get(id="admin"), cron="", run_at_0="2026-03-02", run_at_1="11:00:00")
+    saved = admin_client.post(url, posted)
+    assert saved.status_code == 302, saved.context["adminform"].form.errors
+    for task in Task.objects.order_by("id"):
+        assert (task.cron, task.run_at, task.next_run_at) == ("", later, later), task.id
+
+
+def test_a_one_shot_outside_its_window_is_refused_and_nothing_is_written(clock):
+    before, after = T0 + timedelta(hours=1), T0 + timedelta(hours=2)
+    with pytest.raises(InvalidDefinition) as early:
+        scheduler.register(definition(cron=None, run_at=before, starts_at=after))
+    assert early.value.errors == {"run_at": ["Must be at or after starts_at: it would never fire."]}
+    with pytest.raises(InvalidDefinition) as late:
+        scheduler.register(definition(cron=None, run_at=after, ends_at=after))
+    assert late.value.errors == {"run_at": ["Must be before ends_at: it would never fire."]}
+    assert not Task.objects.exists()
+    scheduler.register(definition(cron=None, run_at=after, starts_at=after, ends_at=after + MINUTE))
+    with pytest.raises(InvalidDefinition) as moved:
+        scheduler.update_task("report", run_at=after + MINUTE)
+    assert list(moved.value.errors) == ["run_at"]
+    assert Task.objects.get().run_at == after
+
+
+def test_a_window_with_no_fire_time_is_refused_naming_it(clock):
+    # New Year's midnight in Berlin, and a window from March to June.
+    march, june = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 6, 1, tzinfo=UTC)
+    with pytest.raises(InvalidDefinition) as raised:
+        scheduler.register(
+            definition(cron="0 0 1 1 *", timezone="Europe/Berlin", starts_at=march, ends_at=june)
+        )
+    assert raised.value.errors == {
+        "ends_at": [
+            "The window from starts_at until ends_at holds no fire time of the cron expression "
+            "(2026-03-01T00:00:00Z to 2026-06-01T00:00:00Z, in Europe/Berlin): it would never fire."
+        ]
+    }
+    # One fire time at its last instant is enough; ends_at alone may end a task's runs.
+    task = scheduler.register(definition(cron="0 0 1 6 *", starts_at=march, ends_at=june + MINUTE))
+    assert task.next_run_at == june
+    scheduler.update_task("report", cron="0 0 1 1 *", starts_at=None)
+    with pytest.raises(InvalidDefinition):
+        scheduler.update_task("report", starts_at=march)
+    assert Task.objects.get().starts_at is None
 
 
 def test_a_pending_occurrence_outside_a_new_window_is_interrupted_at_claim(clock):
@@ -425,3 +526,27 @@ def test_the_admin_shows_each_next_fire_times_due_time_and_which_a_pause_skips(a
     # 10:00 and 11:00 fall in the pause; it ends at 11:30, so 12:00 runs.
     items = preview("paused").split("<li>")[1:]
     assert ["paused: does not run" in item for item in items] == [True, True, False, False, False]
+
+
+def test_the_admin_shows_a_tasks_window_and_jitter_and_says_when_no_fire_time_is_left(admin_client, clock):
+    from django.urls import reverse
+
+    starts, ends = T0 + 3 * MINUTE, T0 + 5 * MINUTE
+    scheduler.register(definition("windowed", starts_at=starts, ends_at=ends, jitter_seconds=20))
+    scheduler.register(one_shot(T0 + MINUTE, id="once"))
+    listed = admin_client.get(reverse("admin:scheduler_app_task_changelist")).content.decode()
+    window = re.search(r"from (.*?) until (.*?)</small>", listed)
+    assert window is not None
+    assert ["2026-03-02 09:03:00 UTC" in window[1], "2026-03-02 09:05:00 UTC" in window[2]] == [True, True]
+    assert "jitter up to 20 s" in listed
+
+    def preview(task_id: str) -> str:
+        page = admin_client.get(reverse("admin:scheduler_app_task_change", args=[task_id])).content.decode()
+        field = page[page.index("field-next_fire_times") :]
+        return field[: field.index("</div>")]
+
+    assert preview("windowed").count("<li>") == 2
+    clock.set(T0 + 10 * MINUTE)
+    scheduling.schedule_due(clock.now(), "node-a")
+    for task_id in ("windowed", "once"):
+        assert "none left: its run at time has passed or its window has ended" in preview(task_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from contextlib import contextmanager, suppress
 
 import pytest
 
@@ -95,31 +96,60 @@ def test_an_attempt_whose_lease_cannot_be_renewed_is_cancelled_and_writes_nothin
     assert ExecutionEvent.objects.filter(execution_id=execution.sequence).count() == events_before
 
 
-def test_attempts_claimed_for_waiting_workers_are_running_when_the_claim_returns(monkeypatch):
-    """Those a waiting worker takes at once start in the claim's tick, in one write; the rest
-    stay claimed until a worker is free (here never: workers may not start anything)."""
+@contextmanager
+def runner_after_one_claim(monkeypatch, node_id: str, workers: int):
+    """A started runner that has claimed once with every worker waiting, and whose writer starts no
+    attempt until the block ends; shut down (then stopped) on the way out."""
     from scheduler_app.runner.loop import SchedulerLoop
     from scheduler_app.runner.writer import JournalWriter
 
     released = threading.Event()
     monkeypatch.setattr(JournalWriter, "start", lambda self, attempt: released.wait(30) and (False, None))
-    scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=3))
-    executions = [scheduler.trigger("report", params={"block": 60}) for _ in range(3)]
-    runner = SchedulerLoop(node_id="prestart", workers=2, lease_seconds=30, drain_seconds=10)
+    runner = SchedulerLoop(node_id=node_id, workers=workers, lease_seconds=30, drain_seconds=10)
     runner.start()
     try:
         assert runner._pool is not None
-        wait_for(lambda: runner._pool.idle() == 2)
+        wait_for(lambda: runner._pool.idle() == workers)
         assert runner.tick()
-        statuses = Counter(status_of(e) for e in executions)
-        assert statuses == Counter({Status.RUNNING: 2, Status.CLAIMED: 1})
-        running = [e for e in executions if e.status == Status.RUNNING]
-        assert len({e.started_at for e in running}) == 1  # one write
+        yield runner
     finally:
         runner.shutdown()
         released.set()
         runner.stop()
+
+
+def test_attempts_claimed_for_waiting_workers_are_running_when_the_claim_returns(monkeypatch):
+    """Those a waiting worker takes at once start in the claim's tick, in one write; the rest
+    stay claimed until a worker is free (here never: workers may not start anything)."""
+    scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=3))
+    executions = [scheduler.trigger("report", params={"block": 60}) for _ in range(3)]
+    with runner_after_one_claim(monkeypatch, "prestart", workers=2):
+        statuses = Counter(status_of(e) for e in executions)
+        assert statuses == Counter({Status.RUNNING: 2, Status.CLAIMED: 1})
+        running = [e for e in executions if e.status == Status.RUNNING]
+        assert len({e.started_at for e in running}) == 1  # one write
     assert Counter(status_of(e) for e in executions) == Counter({Status.INTERRUPTED: 2, Status.PENDING: 1})
+
+
+def test_a_shutdown_releases_a_queued_attempt_even_when_a_cancelled_one_frees_a_worker_at_once(monkeypatch):
+    """A worker freed by the shutdown's cancel of a running attempt must find the queued one already
+    cancelled: released to pending, not started and interrupted."""
+    from scheduler_app.runner.attempt import Attempt
+
+    cancel = Attempt.cancel
+
+    def cancel_then_let_a_freed_worker_take_the_queue(self, reason, **kwargs):
+        cancel(self, reason, **kwargs)
+        if self.started is not None:  # its handler returns now: give its worker time to take the next
+            with suppress(AssertionError):
+                wait_for(lambda: runner._pool._queue.qsize() == 0, timeout=2)
+
+    monkeypatch.setattr(Attempt, "cancel", cancel_then_let_a_freed_worker_take_the_queue)
+    scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=2))
+    executions = [scheduler.trigger("report", params={"block": 60}) for _ in range(2)]
+    with runner_after_one_claim(monkeypatch, "freed", workers=1) as runner:
+        assert Counter(status_of(e) for e in executions) == Counter({Status.RUNNING: 1, Status.CLAIMED: 1})
+    assert Counter(status_of(e) for e in executions) == Counter({Status.INTERRUPTED: 1, Status.PENDING: 1})
 
 
 def test_an_attempt_started_early_and_cancelled_before_its_worker_took_it_ends_without_running(clock):

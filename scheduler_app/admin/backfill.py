@@ -96,7 +96,7 @@ def backfill(
             with acting(request):
                 created = scheduler.backfill(task.id, start, end, dry_run=False)
         except SchedulerError as exc:
-            refused.append(f"{task.id} ({exc.message})")
+            refused.append(f"{task.id} ({exc.explained()})")
             continue
         if not created:
             nothing.append(task.id)
@@ -142,9 +142,7 @@ def _preview(
         try:
             planned = scheduler.backfill(task.id, start, end)
         except SchedulerError as exc:
-            errors = getattr(exc, "errors", {})
-            detail = " ".join(message for messages_ in errors.values() for message in messages_)
-            previews.append(Preview(task, refused=f"{exc.message} {detail}".strip()))
+            previews.append(Preview(task, refused=exc.explained()))
             continue
         previews.append(Preview(task, [e.scheduled_for for e in planned if e.scheduled_for is not None]))
     context = {

@@ -11,16 +11,17 @@ from django.contrib import admin
 from django.contrib.admin.utils import get_fields_from_path, quote, unquote
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.core.paginator import Paginator
-from django.db import connections
+from django.db import connections, router
 from django.db.models import QuerySet
 from django.db.models.constants import LOOKUP_SEP
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from scheduler_app import audit
 from scheduler_app.models import ChangeVia
-from scheduler_app.statements import journal_statements
+from scheduler_app.statements import compiled_without_jit, journal_statements
 
 LISTED_NAMES = 10
 # The most rows a filtered list of the journal counts exactly.
@@ -69,7 +70,14 @@ class SchedulerAdmin(admin.ModelAdmin):
         for query in (request.GET, request.POST):
             if any("\x00" in "".join((key, *values)) for key, values in query.lists()):
                 raise BadRequest("NUL characters in the request.")
-        return super().changelist_view(request, extra_context)
+        if request.method != "GET":  # an action: its writes keep their own transactions
+            return super().changelist_view(request, extra_context)
+        with compiled_without_jit(router.db_for_read(self.model)):
+            response = super().changelist_view(request, extra_context)
+            # The rows, and the cells drawn from them, are read as the page renders.
+            if isinstance(response, TemplateResponse):
+                response.render()
+        return response
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
         # No key holds a NUL: the object is missing, as Django says of any other id that cannot exist.

@@ -12,7 +12,7 @@ from django.db.models import Count, Q
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from scheduler_app import health, listing
+from scheduler_app import health, lateness, listing
 from scheduler_app.admin.display import seconds_text
 from scheduler_app.db import probe
 from scheduler_app.logs import log_alias
@@ -156,9 +156,9 @@ def hourly_lag(now: datetime) -> dict[str, Any]:
                 started_at__isnull=False,
             )
             .order_by("-finished_at")
-            .values_list("started_at", "due_at")[:LAG_SAMPLE]
+            .values_list("started_at", "due_at", "created_at")[:LAG_SAMPLE]
         )
-        lags = sorted(max(0.0, (started - due).total_seconds()) for started, due in rows if started)
+        lags = sorted(lateness.start_lag(due, created, started) for started, due, created in rows if started)
         hours.append(LagHour(start, len(lags), _quantile(lags, 0.5), _quantile(lags, 0.95), x=index * step))
     tallest = max((hour.p95 or 0.0 for hour in hours), default=0.0) or 1.0
 

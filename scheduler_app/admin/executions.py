@@ -310,7 +310,7 @@ class ExecutionAdmin(ObjectActions, ReadOnlyAdmin):
             try:
                 scheduler.executions.repair_log(execution.occurrence_id)
             except SchedulerError as exc:
-                refused.append(f"{execution_name(execution)} ({exc.message})")
+                refused.append(f"{execution_name(execution)} ({exc.explained()})")
                 continue
             self.log_change(request, execution, "Log rows rebuilt from the journal.")
             done.append(execution_name(execution))
@@ -346,7 +346,7 @@ class ExecutionAdmin(ObjectActions, ReadOnlyAdmin):
             try:
                 after = scheduler.executions.request_stop(execution.occurrence_id, by=actor(request))
             except SchedulerError as exc:
-                refused.append(f"{execution_name(execution)} ({exc.message})")
+                refused.append(f"{execution_name(execution)} ({exc.explained()})")
                 continue
             ended = after.status == Status.INTERRUPTED
             self.log_change(request, execution, "Stopped." if ended else "Stop requested.")

@@ -99,7 +99,7 @@ def resolve_confirmed(
                 refused.append(f"{name} ({execution.status}, not unknown)")
             continue
         except SchedulerError as exc:
-            refused.append(f"{name} ({exc.message})")
+            refused.append(f"{name} ({exc.explained()})")
             continue
         modeladmin.log_change(request, execution, f"Resolved unknown as {status}.")
         done.append(name)

@@ -10,7 +10,7 @@ from typing import Any
 from django.contrib import admin
 from django.db import connections
 from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, Subquery, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Greatest
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from scheduler_app import lateness
 from scheduler_app.admin.display import seconds_text
 from scheduler_app.logs import log_alias
-from scheduler_app.models import ENDED, LEASED, Execution, ExecutionLog, Status, Task
+from scheduler_app.models import ENDED, LEASED, Execution, ExecutionLog, Status, Task, held_by_pause
 
 # A task that is not enabled: paused, with or without a reason (there is no other disabled state).
 PAUSED = "paused"
@@ -50,8 +50,12 @@ def annotate(tasks: QuerySet[Task], now: Any) -> QuerySet[Task]:
     """Each task with ``last_status``, ``last_at`` and ``health``, in SQL: the list sorts and filters on them."""
     of_task = Execution.objects.filter(task_id=OuterRef("pk"))
     # A failed attempt waiting for its retry leaves its execution pending, and its retry claimed or
-    # running: until the retry ends, the failed attempt is the last outcome.
-    retried = Q(status=Status.PENDING, attempt__gt=0) | Q(status__in=LEASED, attempt__gt=1)
+    # running, with the failure's error: until the retry ends, the failed attempt is the last
+    # outcome. An idempotent execution whose lease expired went back to pending without an error:
+    # its attempt did not fail.
+    retried = Q(error__isnull=False) & (
+        Q(status=Status.PENDING, attempt__gt=0) | Q(status__in=LEASED, attempt__gt=1)
+    )
     last = (
         of_task.filter(Q(status__in=ENDED) | retried)
         .order_by("-sequence")
@@ -67,8 +71,14 @@ def annotate(tasks: QuerySet[Task], now: Any) -> QuerySet[Task]:
         last_at=Subquery(last.values("ended_at")[:1]),
         has_unknown=Exists(of_task.filter(status=Status.UNKNOWN)),
         has_running=Exists(of_task.filter(status__in=LEASED)),
+        # When the task's oldest waiting execution could first run (lateness.pending): a backfill
+        # creates occurrences due long ago, and a pause holds them.
         oldest_pending=Subquery(
-            of_task.filter(status=Status.PENDING).order_by("due_at").values("due_at")[:1]
+            of_task.filter(status=Status.PENDING)
+            .exclude(held_by_pause())
+            .annotate(runnable_at=Greatest("due_at", "created_at"))
+            .order_by("runnable_at")
+            .values("runnable_at")[:1]
         ),
     ).annotate(
         health=Case(
@@ -94,9 +104,15 @@ class HealthFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() not in HEALTHS:
             return queryset
+        health = str(self.value())
+        if health == "failing":
+            # What the health's first two cases say, without working out the rest of it (when
+            # the task is late) for each task: there is no small index of failing tasks to
+            # narrow to, and counting the matches reads every task.
+            return queryset.filter(has_unknown=False, last_status=Status.FAILED.value)
         # First the tasks that can have that health, found through small indexes: the health
         # itself is worked out per task, and there may be a hundred thousand of them.
-        return queryset.filter(_narrowing(str(self.value())), health=self.value())
+        return queryset.filter(_narrowing(health), health=health)
 
 
 def _narrowing(health: str) -> Q:
@@ -109,7 +125,7 @@ def _narrowing(health: str) -> Q:
         return Q(enabled=True) & lateness.tasks(cutoffs) | Q(id__in=_task_ids(lateness.pending(cutoffs)))
     if health == PAUSED:
         return Q(enabled=False)
-    return Q()
+    return Q()  # ok: most tasks are
 
 
 def _task_ids(rows: Q) -> QuerySet[Any]:

@@ -26,7 +26,6 @@ from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import ngettext
 
-from scheduler_app import schedule
 from scheduler_app.admin import display, task_health
 from scheduler_app.admin.backfill import backfill
 from scheduler_app.admin.changes import table as changes_table
@@ -42,9 +41,8 @@ from scheduler_app.models import (
     Status,
     Task,
     TaskChange,
-    scheduled_occurrence_id,
 )
-from scheduler_app.services import CODE_OWNED, MAX_REASON_LENGTH, pause_errors, scheduler
+from scheduler_app.services import CODE_OWNED, MAX_REASON_LENGTH, due_errors, pause_errors, scheduler
 
 PREVIEW_COUNT = 5
 RECENT_CHANGES = 3
@@ -87,10 +85,10 @@ def _both_zones(instant: datetime, zone_name: str) -> SafeString:
 def _fire_note(task: Task, fire: datetime) -> SafeString | str:
     """What becomes of one of the task's next fire times: not run while paused, or due later by
     its jitter."""
-    if not task.enabled and (task.disabled_until is None or fire < task.disabled_until):
+    if task.pause_skips(fire):
         return format_html("<br><small>{}</small>", "paused: does not run")
     if task.jitter_seconds:
-        due = fire + schedule.jitter(task.jitter_seconds, scheduled_occurrence_id(task.id, fire))
+        due = task.due_time(fire)
         return format_html(
             "<br><small>due {} UTC (jitter)</small>", f"{due.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
         )
@@ -101,7 +99,17 @@ WHEN_HELP = "YYYY-MM-DD HH:MM[:SS], with an offset (+02:00) or in the site's tim
 
 
 class RunAtForm(forms.Form):
+    """When the manual executions are due, checked as scheduler.trigger() checks it."""
+
     run_at = forms.DateTimeField(label="Run at", help_text=WHEN_HELP)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        assert data is not None
+        if not self.errors:
+            for field, messages in due_errors(data["run_at"], None).items():
+                self.add_error(field if field in self.fields else None, messages)
+        return data
 
 
 class PauseForm(forms.Form):
@@ -404,7 +412,7 @@ class TaskAdmin(ObjectActions):
         )
 
     def object_actions(self, request: HttpRequest, obj: Task) -> list[str]:
-        return ["run_now", "pause" if obj.enabled else "resume"]
+        return ["run_now", "run_at", "pause" if obj.enabled else "resume"]
 
     created = display.instant_column("created_at", "created", sortable=False)
     updated = display.instant_column("updated_at", "updated", sortable=False)
@@ -492,7 +500,7 @@ class TaskAdmin(ObjectActions):
             try:
                 execution = scheduler.trigger(task.id, source=actor(request), run_at=run_at)
             except SchedulerError as exc:
-                refused.append(f"{task.id} ({exc.message})")
+                refused.append(f"{task.id} ({exc.explained()})")
                 continue
             when = "Run now" if run_at is None else f"Run at {run_at.isoformat()}"
             self.log_change(request, task, f"{when}: execution {execution.occurrence_id} created.")
@@ -548,7 +556,7 @@ class TaskAdmin(ObjectActions):
             try:
                 scheduler.pause(task.id, reason=reason, until=until)
             except SchedulerError as exc:
-                refused.append(f"{task.id} ({exc.message})")
+                refused.append(f"{task.id} ({exc.explained()})")
                 continue
             self.log_change(request, task, f"Paused: {reason or 'no reason given'}.")
             (paused if task.enabled else changed).append(task.id)
@@ -583,7 +591,7 @@ class TaskAdmin(ObjectActions):
             try:
                 scheduler.resume(task.id)
             except SchedulerError as exc:
-                refused.append(f"{task.id} ({exc.message})")
+                refused.append(f"{task.id} ({exc.explained()})")
                 continue
             self.log_change(request, task, "Resumed.")
             resumed.append(task.id)

@@ -386,14 +386,27 @@ class FireTimeSerializer(serializers.Serializer):
     local = serializers.CharField(help_text="The same instant on the task's clock, with its UTC offset.")
 
 
+class NextRunSerializer(FireTimeSerializer):
+    due = serializers.DateTimeField(
+        help_text="When it comes due, in UTC: the fire time plus the task's jitter."
+    )
+    runs = serializers.BooleanField(help_text="False for a fire time the task's pause keeps from running.")
+
+
 class NextRunsSerializer(serializers.Serializer):
-    """A task's next fire times on its cron and timezone, daylight saving time applied."""
+    """A task's next fire times on its cron (or its one run_at) and timezone, inside its active
+    window, daylight saving time applied."""
 
     task_id = serializers.CharField()
-    cron = serializers.CharField()
+    cron = serializers.CharField(help_text="Empty for a one-shot task.")
+    run_at = serializers.DateTimeField(allow_null=True, help_text="A one-shot task's instant.")
     timezone = serializers.CharField(help_text="IANA name; empty is UTC.")
-    enabled = serializers.BooleanField(help_text="A disabled task has fire times but does not run them.")
-    next_runs = FireTimeSerializer(many=True)
+    starts_at = serializers.DateTimeField(allow_null=True, help_text="No fire time before it.")
+    ends_at = serializers.DateTimeField(allow_null=True, help_text="No fire time at or after it.")
+    jitter_seconds = serializers.IntegerField()
+    enabled = serializers.BooleanField(help_text="A paused task has fire times but does not run them.")
+    disabled_until = serializers.DateTimeField(allow_null=True, help_text="When its pause ends.")
+    next_runs = NextRunSerializer(many=True)
 
 
 class BackfilledSerializer(serializers.Serializer):

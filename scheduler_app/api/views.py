@@ -319,11 +319,18 @@ class TaskViewSet(SchedulerViewSet):
         times = scheduler.next_runs(task.id, query.validated_data["n"])
         # A stored timezone no zone database knows gives no fire times, so it is never read here.
         runs = [
-            {"at": moment, "local": moment.astimezone(ZoneInfo(task.timezone or "UTC")).isoformat()}
+            {
+                "at": moment,
+                "local": moment.astimezone(ZoneInfo(task.timezone or "UTC")).isoformat(),
+                "due": task.due_time(moment),
+                "runs": not task.pause_skips(moment),
+            }
             for moment in times
         ]
-        found = {"task_id": task.id, "cron": task.cron, "timezone": task.timezone, "enabled": task.enabled}
-        return Response(NextRunsSerializer({**found, "next_runs": runs}).data)
+        # The task's fields the serializer shows beside the fire times: its schedule.
+        shown = set(NextRunsSerializer().fields) - {"task_id", "next_runs"}
+        schedule = {field: getattr(task, field) for field in shown}
+        return Response(NextRunsSerializer({"task_id": task.id, **schedule, "next_runs": runs}).data)
 
     @document(
         request=BackfillSerializer,
@@ -333,7 +340,9 @@ class TaskViewSet(SchedulerViewSet):
             **_errors(400, 404, 415),
             409: described(
                 ErrorSerializer,
-                "The task is paused (scheduler:042), or changed during the backfill (scheduler:041).",
+                "The task's stored schedule cannot be evaluated (scheduler:042), or the task changed "
+                "during the backfill (scheduler:041). A paused task's backfill is accepted: its "
+                "executions wait for the resume.",
             ),
         },
         examples=example(

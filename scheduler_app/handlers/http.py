@@ -473,6 +473,10 @@ def _url_errors(url: Any) -> list[str]:
         return ["Must be an http or https URL."]
     if not parts.hostname:
         return ["Must include a host."]
+    if "%" in parts.hostname:
+        # An IPv6 zone (fe80::1%eth0) names a network interface of the runner's machine: the
+        # address checks and the Host header would each read the host differently.
+        return ["Must not name an IPv6 zone (the % part of an address in brackets)."]
     try:
         if not _read_alike(url):
             return ["Must be a URL whose user, host and port read the same to every parser."]

@@ -169,7 +169,9 @@ class PinnedAdapter(HTTPAdapter):
         host_params, pool_kwargs = self.build_connection_pool_key_attributes(
             request, True if verify is None else verify, cert
         )
-        host, port = host_params["host"], host_params["port"]
+        # With no port, http.client would read one off an IPv6 host ("::1" as host ":", port 1).
+        host = host_params["host"]
+        port = host_params["port"] or (443 if host_params["scheme"] == "https" else 80)
         pool: HTTPConnectionPool
         if host_params["scheme"] == "https":
             pool = PinnedHTTPSConnectionPool(host, port, route=self.route, **pool_kwargs)

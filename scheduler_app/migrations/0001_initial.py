@@ -137,11 +137,6 @@ class Migration(migrations.Migration):
                         where=models.Q(("status__in", ("success", "failed", "interrupted", "discarded"))),
                     ),
                 ],
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("task_id", "idempotency_key"), name="scheduler_execution_key"
-                    )
-                ],
             },
         ),
         migrations.CreateModel(

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from django.db.models import Model
 
 from scheduler_app import journal
-from scheduler_app.models import LEASED, Execution, ExecutionEvent, Status, Task
+from scheduler_app.models import BACKFILL_SOURCE, LEASED, Execution, ExecutionEvent, Status, Task, TriggerType
 from scheduler_app.postgres import binding
 from scheduler_app.sql import status_literal
 
@@ -95,9 +95,13 @@ def candidates_sql() -> str:
     return (
         f"SELECT {', '.join(f'e.{name}' for name in CANDIDATE_FIELDS)} FROM {n['execution']} e"
         f" WHERE e.status = {status_literal(Status.PENDING)} AND e.due_at <= %s AND e.task_id NOT IN ("
-        f"SELECT o.task_id FROM {n['execution']} o JOIN {n['task']} t ON t.id = o.task_id"
-        f" WHERE {OCCUPYING_ROWS}"
-        " GROUP BY o.task_id, t.max_concurrency HAVING COUNT(*) >= t.max_concurrency)"
+        f"SELECT o.task_id FROM {n['execution']} o WHERE {OCCUPYING_ROWS} GROUP BY o.task_id"
+        # Each busy task's limit looked up by its key: joined instead, PostgreSQL merged the
+        # occupying rows with an index read of every task (100,000 of them: 20-75 ms a claim).
+        f" HAVING COUNT(*) >= (SELECT t.max_concurrency FROM {n['task']} t WHERE t.id = o.task_id))"
+        # Backfilled rows of paused tasks wait (models.held_by_pause); only they pay the lookup.
+        f" AND NOT (e.trigger_source = '{BACKFILL_SOURCE}' AND e.trigger_type = '{TriggerType.SCHEDULED.value}'"
+        f" AND EXISTS (SELECT 1 FROM {n['task']} p WHERE p.id = e.task_id AND NOT p.enabled))"
         " ORDER BY e.due_at, e.sequence LIMIT %s FOR UPDATE OF e SKIP LOCKED"
     )
 

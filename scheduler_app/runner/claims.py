@@ -9,6 +9,7 @@ from django.db import transaction
 
 from scheduler_app import journal, schedule
 from scheduler_app.models import (
+    BACKFILL_SOURCE,
     Execution,
     ExecutionEvent,
     LogPersistence,
@@ -43,6 +44,17 @@ def follows_enqueued_task(execution: Execution, task: Task | None) -> bool:
     """A django_task attempt that stored its task's result id: that task runs on in its backend."""
     return (
         bool(execution.handler_ref) and task is not None and (task.handler or {}).get("kind") == "django_task"
+    )
+
+
+def _held(execution: Execution, task: Task | None) -> bool:
+    """A backfilled occurrence of a paused task (models.held_by_pause): it waits in pending for the
+    task's resume. The candidates leave these out; a task paused since they were read is seen here."""
+    return (
+        task is not None
+        and not task.enabled
+        and execution.trigger_type == TriggerType.SCHEDULED
+        and execution.trigger_source == BACKFILL_SOURCE
     )
 
 
@@ -94,6 +106,8 @@ def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[l
             if row.task_id in existing or len(chosen) >= limit:
                 continue
             task = tasks.get(row.task_id)
+            if _held(row, task):
+                continue
             reason = _why_not_runnable(row, task)
             if reason is not None:
                 ended_event = journal.interrupt_pending(row, now, reason, node)
@@ -140,7 +154,8 @@ def recover_expired(now: datetime, node: str, batch: int = 100) -> list[Ended]:
                 fields = {**released, "attempt": row.attempt - 1, "due_at": now}
             elif task is not None and task.idempotent and row.attempt < row.max_attempts:
                 to_status, reason = Status.PENDING, "lease expired while running; idempotent, will run again"
-                fields = {**released, "due_at": now}
+                # Its attempt has no outcome: the error of an earlier failed attempt is not its.
+                fields = {**released, "due_at": now, "error": None}
             else:
                 to_status, reason = Status.UNKNOWN, "lease expired while running; outcome unknown"
                 fields = {**released, "finished_at": now}

@@ -261,6 +261,9 @@ class SchedulerLoop:
         self._stopping.set()
         with self._lock:
             attempts = [attempt for attempt in self.in_flight.values() if not attempt.handed_off]
+        # Those not started yet first: a worker freed by cancelling a running one must find the
+        # queued ones already cancelled, so they are released, not started and interrupted.
+        attempts.sort(key=lambda attempt: attempt.started is not None)
         for attempt in attempts:
             attempt.cancel(reason, release=True)
         self._wake.set()
@@ -577,8 +580,9 @@ class SchedulerLoop:
         with self._lock:
             attempts = [attempt for attempt in self.in_flight.values() if not attempt.handed_off]
         try:
+            # A heartbeat also undoes an operator's "mark as stopped" of a runner thought gone.
             Runner.objects.filter(node_id=self.node_id).update(
-                last_seen_at=now, silent_after=self._silent_after(now)
+                last_seen_at=now, silent_after=self._silent_after(now), stopped_at=None
             )
             if not attempts:
                 return

@@ -19,7 +19,6 @@ from scheduler_app.models import (
     Task,
     TriggerType,
     missed_occurrence_id,
-    scheduled_occurrence_id,
 )
 
 BATCH = 200
@@ -82,9 +81,9 @@ def plan(task: Task, now: datetime, default_grace: int) -> Plan:
     # Fire times before this are past the grace whatever their jitter.
     surely_missed = cutoff - timedelta(seconds=task.jitter_seconds) - ONE_MICROSECOND
     recent = schedule.fire_times(task, max(start, surely_missed), now)
-    within = [fire for fire in recent if _due(task, fire) >= cutoff]
+    within = [fire for fire in recent if task.due_time(fire) >= cutoff]
     skipped = _counted(task, start, surely_missed)
-    late = [fire for fire in recent if _due(task, fire) < cutoff]
+    late = [fire for fire in recent if task.due_time(fire) < cutoff]
     runs: tuple[tuple[datetime, Missed | None], ...]
     if task.misfire_policy == MisfirePolicy.RUN_ALL:
         late += within[:-MAX_CATCH_UP]
@@ -93,12 +92,6 @@ def plan(task: Task, now: datetime, default_grace: int) -> Plan:
         runs = ((within[-1], _listed(within[:-1])),) if within else ()
     skipped = skipped.joined(_listed(late)) if skipped else _listed(late)
     return Plan(runs=runs, skipped=skipped, next_run_at=schedule.next_fire(task, now))
-
-
-def _due(task: Task, fire: datetime) -> datetime:
-    if not task.jitter_seconds:
-        return fire
-    return fire + schedule.jitter(task.jitter_seconds, scheduled_occurrence_id(task.id, fire))
 
 
 def _listed(fires: list[datetime]) -> Missed | None:

@@ -16,7 +16,7 @@ from django.db.models import Case, CharField, F, Field, OuterRef, Subquery, Valu
 from django.db.models.functions import Cast, Concat
 
 from scheduler_app import journal, logs
-from scheduler_app.models import Execution, Status, Task
+from scheduler_app.models import Execution, Status, Task, held_by_pause
 
 if TYPE_CHECKING:
     from scheduler_app.runner.attempt import Attempt
@@ -79,6 +79,7 @@ class Statements:
             Execution.objects.select_for_update(skip_locked=True)
             .due(now)
             .exclude(task_id__in=_saturated_task_ids())
+            .exclude(held_by_pause())
             .order_by("due_at", "sequence")[:limit]
         )
 

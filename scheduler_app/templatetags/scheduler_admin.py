@@ -33,5 +33,5 @@ def scheduler_runner_warning(context: template.Context) -> dict[str, Any]:
     request = context.get("request")
     if request is None or not request.user.has_perm(VIEW_PERMISSION):
         return {"visible": False}
-    alive = Runner.objects.filter(stopped_at=None, silent_after__gte=Now()).exists()
+    alive = Runner.objects.with_state(Now()).filter(state="alive").exists()
     return {"visible": not alive, "dashboard_url": reverse("admin:app_list", args=["scheduler_app"])}

@@ -407,9 +407,13 @@ def release(fault_dir: Path, name: str) -> None:
     (fault_dir / f"{name}.release").touch()
 
 
+# MariaDB's error for a KILL of a session that no longer exists.
+UNKNOWN_THREAD = 1094
+
+
 def kill_other_connections() -> int:
-    """Kill every other session on the test database (the runners'): PostgreSQL or MariaDB."""
-    from django.db import connection
+    """Kill every other session on the test database (the runners'): PostgreSQL or MariaDB; how many."""
+    from django.db import OperationalError, connection
 
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
@@ -421,10 +425,17 @@ def kill_other_connections() -> int:
         cursor.execute(
             "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()"
         )
-        ids = [thread_id for (thread_id,) in cursor.fetchall()]
-        for thread_id in ids:
-            cursor.execute(f"KILL {int(thread_id)}")
-        return len(ids)
+        killed = 0
+        for (thread_id,) in cursor.fetchall():
+            try:
+                cursor.execute(f"KILL {int(thread_id)}")
+            except OperationalError as exc:
+                # A session that ended between the list and the KILL (a worker closing its own).
+                if exc.args[0] != UNKNOWN_THREAD:
+                    raise
+            else:
+                killed += 1
+        return killed
 
 
 def other_connections() -> int:

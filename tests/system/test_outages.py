@@ -287,17 +287,19 @@ def test_runners_with_clocks_five_minutes_off_fire_each_minute_on_time(runners):
         now = database_now()
         early = [row for row in rows if row[1] > now]
         assert not early, f"occurrences created before their minute: {early}"
-        return len([row for row in rows if row[2] == Status.SUCCESS]) == len(tasks)
+        return len([row for row in rows if row[1] == minute and row[2] == Status.SUCCESS]) == len(tasks)
 
     wait_for(nothing_early_and_all_done, timeout=90, interval=0.1)
     started = stamps(runners.effects)
-    rows = list(Execution.objects.all())
+    # A slow machine may already have reached the next minute: its occurrences are not this check's.
+    rows = list(Execution.objects.filter(scheduled_for=minute))
     assert sorted(row.task_id for row in rows) == tasks
     for row in rows:
-        assert row.scheduled_for == minute
         # Started by the database clock at or after the minute, and promptly.
         assert minute <= started[str(row.occurrence_id)] < minute + timedelta(seconds=5)
-    assert runners.starts() == sum((ran_once(row.task_id, row.occurrence_id) for row in rows), Counter())
+    of_minute = {str(row.occurrence_id) for row in rows}
+    starts = Counter({line: n for line, n in runners.starts().items() if line.split(",")[1] in of_minute})
+    assert starts == sum((ran_once(row.task_id, row.occurrence_id) for row in rows), Counter())
     assert ahead.alive and behind.alive
     assert ahead.stop() == 0
     assert behind.stop() == 0

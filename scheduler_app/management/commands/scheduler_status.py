@@ -1,5 +1,6 @@
-"""manage.py scheduler_status: runners, late runs, unknown executions and log failures, each with
-its own exit code; --node-id checks one runner's liveness only (a probe for that runner)."""
+"""manage.py scheduler_status: runners, late runs, unknown executions, log failures and tasks that
+cannot be scheduled, each with its own exit code; --node-id checks one runner's liveness only (a
+probe for that runner)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from scheduler_app.models import Runner
 
 class Command(OfflineChecksCommand):
     help = (
-        "Report runners, late runs, unknown executions and log failures; exit 0 when all is well, else"
-        " 2 no live runner, 3 late runs, 4 unknown executions, 5 silent runners, 6 log failures"
-        " (the lowest code of those found), 1 when the database cannot be read."
+        "Report runners, late runs, unknown executions, log failures and tasks that cannot be"
+        " scheduled; exit 0 when all is well, else 2 no live runner, 3 late runs, 4 unknown"
+        " executions, 5 silent runners, 6 log failures, 7 unschedulable tasks (the lowest code of"
+        " those found), 1 when the database cannot be read."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
