@@ -364,11 +364,13 @@ def w1_pass(args: argparse.Namespace, db: DatabaseInfo, number: int) -> dict[str
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_stat_statements_reset()")
         io_before = io_counters()
+        indexes_before = index_blocks()
         done = wait_until(lambda: len(read_side_effects(folder)) >= args.w1_tasks, args.timeout, 0.2)
         ours = Execution.objects.filter(sequence__gt=last_sequence)
         wait_until(lambda: not ours.filter(status__in=["pending", "claimed", "running"]).exists(), 30, 0.2)
         lines = read_side_effects(folder)
         io = {name: value - io_before[name] for name, value in io_counters().items()}
+        io["indexes"] = busiest_indexes(indexes_before, index_blocks())
         top = top_statements() if statements else []
         exit_codes = list(procs.stop_all().values())
         sample = ours.order_by("sequence").first()
@@ -419,6 +421,27 @@ def io_counters() -> dict[str, int]:
         )
         read, hit, fpi, wal = cursor.fetchone()
     return {"blocks_read": read, "blocks_hit": hit, "wal_fpi": fpi, "wal_bytes": int(wal)}
+
+
+def index_blocks() -> dict[str, tuple[int, int]]:
+    """Blocks each index of this database read from outside shared buffers and found in them."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexrelname, idx_blks_read, idx_blks_hit FROM pg_statio_user_indexes")
+        return {name: (read, hit) for name, read, hit in cursor.fetchall()}
+
+
+def busiest_indexes(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], limit: int = 8
+) -> list[dict[str, Any]]:
+    """The indexes that read the most blocks from outside shared buffers between two readings."""
+    rows = [
+        {"index": name, "read": read - before.get(name, (0, 0))[0], "hit": hit - before.get(name, (0, 0))[1]}
+        for name, (read, hit) in after.items()
+    ]
+    rows.sort(key=lambda row: (row["read"], row["hit"]), reverse=True)
+    return [row for row in rows[:limit] if row["read"] or row["hit"]]
 
 
 def top_statements(limit: int = 8) -> list[dict[str, Any]]:
@@ -811,6 +834,10 @@ def main() -> None:
                 print(
                     f"    blocks read {io['blocks_read']:,}, hit {io['blocks_hit']:,}; WAL {io['wal_bytes'] / 2**20:.1f} MiB,"
                     f" {io['wal_fpi']:,} full-page images"
+                )
+                print(
+                    "    index blocks read/hit: "
+                    + ", ".join(f"{i['index']} {i['read']:,}/{i['hit']:,}" for i in io["indexes"])
                 )
                 for q in r["top_statements"][:6]:
                     print(
