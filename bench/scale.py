@@ -76,6 +76,7 @@ from noop_hook import read_side_effects
 from w1_burst import add_tasks as add_w1_tasks
 
 PORT = 5590
+STATS_SETTLE_SECONDS = 11
 EMPTY, FILLED = "bench_scale_empty", "bench_scale_filled"
 CRON = "0 0 1 1 *"
 LEAD_SECONDS = 40
@@ -239,6 +240,8 @@ def fill_journal(executions: int, tasks: int, days: int, events: int) -> dict[st
     """The filled database's journal: executions, their events and log rows; seconds per step."""
     from django.db import connection
 
+    from scheduler_app.models import log_id
+
     t = tables()
     began = time.perf_counter()
     seconds: dict[str, float] = {}
@@ -292,14 +295,27 @@ def fill_journal(executions: int, tasks: int, days: int, events: int) -> dict[st
         )
         seconds["events"] = time.perf_counter() - step
         step = time.perf_counter()
+        # Log ids as the app makes them (models.log_id: uuid5 of the occurrence and the attempt), so that
+        # retention and repair find the rows by their ids.
+        cursor.execute("CREATE EXTENSION IF NOT EXISTS pgcrypto")
+        cursor.execute(
+            "CREATE FUNCTION pg_temp.uuid5(namespace uuid, name text) RETURNS uuid LANGUAGE sql IMMUTABLE AS"
+            " 'SELECT encode(set_byte(set_byte(h, 6, (get_byte(h, 6) & 15) | 80), 8, (get_byte(h, 8) & 63) | 128),"
+            " ''hex'')::uuid FROM (SELECT substring(digest(uuid_send(namespace) || convert_to(name, ''UTF8''),"
+            " ''sha1'') FROM 1 FOR 16) AS h) AS d'"
+        )
         cursor.execute(
             f"INSERT INTO {t['log']} (id, occurrence_id, task_id, task_name, trigger_type, trigger_source,"
             " status, result, error, attempt, started_at, finished_at, duration_ms)"
-            " SELECT md5(occurrence_id::text || '|' || attempt)::uuid, occurrence_id, task_id,"
+            " SELECT pg_temp.uuid5(occurrence_id, attempt::text), occurrence_id, task_id,"
             " 'Scale ' || ltrim(substr(task_id, 7), '0'), trigger_type, trigger_source, status, result,"
             f" error, attempt, started_at, finished_at, 980 FROM {t['execution']}"
         )
         seconds["logs"] = time.perf_counter() - step
+        cursor.execute(f"SELECT id, occurrence_id, attempt FROM {t['log']} LIMIT 1")
+        stored, occurrence, attempt = cursor.fetchone()
+        if stored != log_id(occurrence, attempt):
+            raise SystemExit(f"log ids differ from the app's: {stored} for {occurrence}, attempt {attempt}")
     seconds.update(rebuilt)
     seconds["total"] = time.perf_counter() - began
     with connection.cursor() as cursor:
@@ -369,6 +385,8 @@ def w1_pass(args: argparse.Namespace, db: DatabaseInfo, number: int) -> dict[str
         ours = Execution.objects.filter(sequence__gt=last_sequence)
         wait_until(lambda: not ours.filter(status__in=["pending", "claimed", "running"]).exists(), 30, 0.2)
         lines = read_side_effects(folder)
+        # A busy backend reports its counters at most once a second, an idle one within 10 s.
+        time.sleep(STATS_SETTLE_SECONDS)
         io = {name: value - io_before[name] for name, value in io_counters().items()}
         io["indexes"] = busiest_indexes(indexes_before, index_blocks())
         top = top_statements() if statements else []

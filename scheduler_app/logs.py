@@ -114,6 +114,12 @@ def project(execution: Execution, events: Iterable[ExecutionEvent], task_name: s
     return [rows[attempt] for attempt in sorted(rows)]
 
 
+def ids_of(occurrence_id: uuid.UUID, attempts: int) -> list[uuid.UUID]:
+    """The ids the log rows of an occurrence that reached ``attempts`` can have: one per attempt, and
+    attempt 0 for an execution ended before it ran."""
+    return [log_id(occurrence_id, attempt) for attempt in range(attempts + 1)]
+
+
 def write(rows: Sequence[ExecutionLog]) -> None:
     """Insert or overwrite log rows by their deterministic ids."""
     if not rows:
@@ -166,15 +172,15 @@ def repair(occurrence_id: uuid.UUID) -> list[ExecutionLog]:
         execution = Execution.objects.select_for_update().get(occurrence_id=occurrence_id)
         events = list(ExecutionEvent.objects.filter(execution_id=execution.sequence).order_by("id"))
         task_name = Task.objects.filter(id=execution.task_id).values_list("name", flat=True).first()
+        alias = log_alias()
+        stored = ExecutionLog.objects.using(alias).filter(
+            id__in=ids_of(execution.occurrence_id, execution.attempt)
+        )
         if task_name is None:
-            stored = ExecutionLog.objects.using(log_alias()).filter(occurrence_id=execution.occurrence_id)
             task_name = stored.values_list("task_name", flat=True).first() or execution.task_id
         rows = project(execution, events, task_name)
-        alias = log_alias()
         with transaction.atomic(using=alias):
             write(rows)
-            ExecutionLog.objects.using(alias).filter(occurrence_id=execution.occurrence_id).exclude(
-                id__in=[row.id for row in rows]
-            ).delete()
+            stored.exclude(id__in=[row.id for row in rows]).delete()
         Execution.objects.filter(sequence=execution.sequence).update(log_persistence=LogPersistence.PERSISTED)
     return rows

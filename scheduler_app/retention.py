@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from django.db import router, transaction
 
 from scheduler_app.conf import scheduler_settings
-from scheduler_app.logs import log_alias
+from scheduler_app.logs import ids_of, log_alias
 from scheduler_app.models import TERMINAL, Execution, ExecutionEvent, ExecutionLog, MaintenanceMark, Runner
 
 logger = logging.getLogger("scheduler_app")
@@ -22,6 +22,8 @@ LOG_MARK = "log-retention"
 JOURNAL_MARK = "journal-retention"
 # Executions deleted per transaction: short enough that no claim waits on it for long.
 JOURNAL_BATCH = 1000
+# Log rows are deleted by their ids, one per attempt: a batch of retried executions names more.
+LOG_IDS_PER_DELETE = 5000
 # Seconds one turn may spend deleting; the rest waits for the next turn, a minute later.
 JOURNAL_BUDGET_SECONDS = 10.0
 RUNNER_MARK = "runner-retention"
@@ -133,15 +135,19 @@ def _delete_batch(cutoff: datetime, batch: int) -> tuple[int, int, int]:
             .select_for_update(skip_locked=True)
             .filter(status__in=TERMINAL, finished_at__lt=cutoff)
             .order_by("finished_at")
-            .values_list("sequence", "occurrence_id")[:batch]
+            .values_list("sequence", "occurrence_id", "attempt")[:batch]
         )
         if not rows:
             return 0, 0, 0
         _, deleted = (
             Execution.objects.using(alias)
-            .filter(sequence__in=[sequence for sequence, _ in rows])
+            .filter(sequence__in=[sequence for sequence, _, _ in rows])
             .only("sequence")
             .delete()
         )
-    logs = ExecutionLog.objects.using(log_alias()).filter(occurrence_id__in=[o for _, o in rows]).delete()[0]
+    ids = [log for _, occurrence, attempts in rows for log in ids_of(occurrence, attempts)]
+    logs = 0
+    for start in range(0, len(ids), LOG_IDS_PER_DELETE):
+        chunk = ids[start : start + LOG_IDS_PER_DELETE]
+        logs += ExecutionLog.objects.using(log_alias()).filter(id__in=chunk).delete()[0]
     return deleted.get(Execution._meta.label, 0), deleted.get(ExecutionEvent._meta.label, 0), logs

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from scheduler_app import scheduler
 from scheduler_app.admin.task_health import HEALTHS, RECENT_RUNS
-from scheduler_app.models import Execution, ExecutionLog, Task
+from scheduler_app.models import Execution, ExecutionLog, Task, log_id
 from tests.factories import definition
 from tests.test_admin import make_execution
 
@@ -360,6 +360,32 @@ def test_the_log_list_shows_seconds_durations_and_links_to_the_execution(admin_c
         reverse("admin:scheduler_app_execution_changelist"), {"occurrence_id": "nope"}
     )
     assert executions.status_code == 200
+
+
+def test_the_log_list_of_one_occurrence_shows_each_of_its_attempts(admin_client):
+    retried = make_execution("report", "failed", attempt=3, max_attempts=3)
+    other = make_execution("report", "success")
+    finished = timezone.now()
+    for execution, attempts in ((retried, (1, 2, 3)), (other, (1,))):
+        for attempt in attempts:
+            ExecutionLog.objects.create(
+                id=log_id(execution.occurrence_id, attempt),
+                occurrence_id=execution.occurrence_id,
+                task_id="report",
+                trigger_type="scheduled",
+                status=execution.status,
+                attempt=attempt,
+                finished_at=finished,
+            )
+    url = reverse("admin:scheduler_app_executionlog_changelist")
+
+    def shown(occurrence_id: object) -> list[tuple[object, int]]:
+        rows = admin_client.get(url, {"occurrence_id": str(occurrence_id)}).context["cl"].result_list
+        return sorted((row.occurrence_id, row.attempt) for row in rows)
+
+    assert shown(retried.occurrence_id) == [(retried.occurrence_id, n) for n in (1, 2, 3)]
+    assert shown(other.occurrence_id) == [(other.occurrence_id, 1)]
+    assert shown(uuid.uuid4()) == []
 
 
 # -- lists of millions of rows -----------------------------------------------------

@@ -102,13 +102,14 @@ def test_repair_rebuilds_every_attempt_from_the_journal(clock):
     execution = Execution.objects.get()
     expected = list(ExecutionLog.objects.order_by("attempt").values_list("attempt", "status", "error"))
     ExecutionLog.objects.all().delete()
+    # A row the journal does not imply (an attempt 0: the execution ran) goes.
     ExecutionLog.objects.create(
-        id=log_id(execution.occurrence_id, 9),
+        id=log_id(execution.occurrence_id, 0),
         occurrence_id=execution.occurrence_id,
         task_id="report",
         trigger_type="scheduled",
         status="success",
-        attempt=9,
+        attempt=0,
         finished_at=clock.now(),
     )
     scheduler.executions.repair_log(execution.occurrence_id)

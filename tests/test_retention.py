@@ -95,6 +95,26 @@ def test_ended_executions_older_than_the_retention_go_with_their_events_and_logs
 
 
 @KEEP_30_DAYS
+def test_the_log_rows_of_every_attempt_go(clock):
+    now = clock.now()
+    retried = journal_row(Status.FAILED, 31, now)
+    kept = journal_row(Status.SUCCESS, 29, now)
+    Execution.objects.filter(sequence=retried.sequence).update(attempt=3, max_attempts=3)
+    for attempt in (2, 3):
+        ExecutionLog.objects.create(
+            id=log_id(retried.occurrence_id, attempt),
+            occurrence_id=retried.occurrence_id,
+            task_id="report",
+            trigger_type="manual",
+            status=Status.FAILED,
+            attempt=attempt,
+            finished_at=retried.finished_at,
+        )
+    assert retention.prune_journal(now).logs == 3
+    assert list(ExecutionLog.objects.values_list("occurrence_id", flat=True)) == [kept.occurrence_id]
+
+
+@KEEP_30_DAYS
 def test_one_turn_a_minute_across_the_cluster_in_batches_within_its_budget(clock):
     now = clock.now()
     for _ in range(7):

@@ -17,8 +17,8 @@ from django.utils.safestring import SafeString
 
 from scheduler_app.admin import display
 from scheduler_app.admin.common import ReadOnlyAdmin
-from scheduler_app.logs import log_alias
-from scheduler_app.models import ExecutionLog
+from scheduler_app.logs import ids_of, log_alias
+from scheduler_app.models import Execution, ExecutionLog
 
 
 class InputFilter(admin.SimpleListFilter):
@@ -64,12 +64,26 @@ class OccurrenceFilter(InputFilter):
     parameter_name = "occurrence_id"
     lookup = "occurrence_id"
 
-    def convert(self, request: HttpRequest, value: str) -> uuid.UUID | None:
+    def convert(self, request: HttpRequest, value: str) -> Any:
         try:
             return uuid.UUID(value)
         except ValueError:
             messages.warning(request, "Ignored the occurrence id filter: not a UUID.")
             return None
+
+
+class LogOccurrenceFilter(OccurrenceFilter):
+    """The log rows of one occurrence, read by their ids: the log table has no index on occurrence_id."""
+
+    lookup = "id__in"
+
+    def convert(self, request: HttpRequest, value: str) -> Any:
+        occurrence_id = super().convert(request, value)
+        if occurrence_id is None:
+            return None
+        attempts = Execution.objects.filter(occurrence_id=occurrence_id).values_list("attempt", flat=True)
+        reached = attempts.first()
+        return [] if reached is None else ids_of(occurrence_id, reached)
 
 
 class SourceFilter(InputFilter):
@@ -123,7 +137,7 @@ class ExecutionLogAdmin(ReadOnlyAdmin):
     )
     list_filter = (
         TaskFilter,
-        OccurrenceFilter,
+        LogOccurrenceFilter,
         "status",
         "trigger_type",
         SourceFilter,

@@ -174,7 +174,7 @@ class Migration(migrations.Migration):
             name="ExecutionLog",
             fields=[
                 ("id", models.UUIDField(primary_key=True, serialize=False)),
-                ("occurrence_id", models.UUIDField(db_index=True)),
+                ("occurrence_id", models.UUIDField()),
                 ("task_id", models.CharField(max_length=128)),
                 ("task_name", models.CharField(blank=True, max_length=200)),
                 (
