@@ -1,4 +1,5 @@
-"""An index of the rows a hot query reads, on the database that can plan with one (PostgreSQL)."""
+"""Indexes the hot paths pay for: partial ones where the database can plan with them (PostgreSQL), and
+none that only a LIKE on a prefix of the task id would read."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import models
+from django.db.migrations.operations.base import Operation
 
 
 class PartialIndex(models.Index):
@@ -35,3 +37,46 @@ class PartialIndex(models.Index):
         condition = self.where if schema_editor.connection.vendor == "postgresql" else None
         index = models.Index(fields=self.fields, name=self.name, condition=condition)
         return index.create_sql(model, schema_editor, using, **kwargs)
+
+
+class WithoutPatternIndex(Operation):
+    """Drop the second index Django's PostgreSQL backend builds beside a varchar primary key, for
+    ``LIKE 'prefix%'`` outside the C locale (varchar_pattern_ops).
+
+    Nothing here filters task ids by a prefix (the admin's search matches anywhere in the id, which
+    no B-tree serves), and every change of next_run_at, a new row version at each fire time, wrote an
+    entry into it (bench/scale.py counted its blocks among a burst's reads). Other databases build
+    no such index.
+    """
+
+    reversible = True
+
+    def __init__(self, model_name: str, field_name: str) -> None:
+        self.model_name = model_name
+        self.field_name = field_name
+
+    def deconstruct(self) -> tuple[str, Sequence[Any], dict[str, Any]]:
+        return self.__class__.__name__, [self.model_name, self.field_name], {}
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            return
+        model = to_state.apps.get_model(app_label, self.model_name)
+        column = model._meta.get_field(self.field_name).column
+        name = schema_editor._create_index_name(model._meta.db_table, [column], suffix="_like")
+        # Deferred, as CreateModel defers the index's creation to the end of the migration.
+        schema_editor.deferred_sql.append(f"DROP INDEX IF EXISTS {schema_editor.quote_name(name)}")
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            return
+        model = to_state.apps.get_model(app_label, self.model_name)
+        statement = schema_editor._create_like_index_sql(model, model._meta.get_field(self.field_name))
+        if statement is not None:
+            schema_editor.execute(statement)
+
+    def describe(self) -> str:
+        return f"Drop the LIKE-prefix index of {self.model_name}.{self.field_name} on PostgreSQL"

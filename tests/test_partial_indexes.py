@@ -52,6 +52,35 @@ def test_the_queue_indexes_are_partial_on_postgresql_and_whole_elsewhere():
             assert "WHERE" not in found[name].upper()
 
 
+def test_the_task_id_has_its_primary_key_index_and_no_like_prefix_one():
+    constraints = connection.introspection.get_constraints(connection.cursor(), "scheduler_app_task")
+    on_id = [c for c in constraints.values() if c["columns"] == ["id"] and c["index"]]
+    assert [c for c in on_id if not c["primary_key"]] == []
+
+
+def test_the_like_prefix_index_comes_back_when_the_migrations_are_undone():
+    from scheduler_app.indexes import WithoutPatternIndex
+
+    if connection.vendor != "postgresql":
+        pytest.skip("only PostgreSQL builds a LIKE-prefix index beside a varchar primary key")
+    from django.apps import apps
+    from django.db.migrations.state import ProjectState
+
+    state = ProjectState.from_apps(apps)
+    operation = WithoutPatternIndex("task", "id")
+
+    def like_indexes() -> list[str]:
+        constraints = connection.introspection.get_constraints(connection.cursor(), "scheduler_app_task")
+        return [name for name, c in constraints.items() if name.endswith("_like")]
+
+    with connection.schema_editor() as editor:
+        operation.database_backwards("scheduler_app", editor, state, state)
+    assert len(like_indexes()) == 1
+    with connection.schema_editor() as editor:
+        operation.database_forwards("scheduler_app", editor, state, state)
+    assert like_indexes() == []
+
+
 def test_no_database_warns_that_a_condition_is_ignored():
     """MySQL and MariaDB have no partial indexes: the model does not ask for one there (models.W037)."""
     assert [m.id for m in checks.run_checks(databases=["default"]) if m.id == "models.W037"] == []

@@ -320,6 +320,7 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        scheduler_app.indexes.WithoutPatternIndex("task", "id"),
         migrations.CreateModel(
             name="TaskChange",
             fields=[
