@@ -41,6 +41,7 @@ Run (from the repository root; at full size about 10 minutes of generation and 1
 measurements, and 10 GB of disk under the temporary directory):
 
     .venv/bin/python bench/scale.py [--tasks 100000] [--executions 5000000] [--w1-tasks 1000] [--repeat 2]
+                                    [--shared-buffers 1GB] [--setting wal_compression=lz4 ...]
 
 A quick check: --tasks 2000 --executions 50000 --w1-tasks 100 --repeat 1 --requests 2.
 
@@ -805,10 +806,19 @@ def main() -> None:
         "--shared-buffers",
         help="the private cluster's shared_buffers (e.g. 1GB); PostgreSQL's default (128MB) when not given",
     )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="another setting of the private cluster (e.g. wal_compression=lz4); repeatable",
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {"args": vars(args)}
     with ExitStack() as stack:
-        server = {"shared_buffers": args.shared_buffers} if args.shared_buffers else {}
+        server = dict(setting.split("=", 1) for setting in args.setting)
+        if args.shared_buffers:
+            server["shared_buffers"] = args.shared_buffers
         stack.enter_context(private_postgres(PORT, server))
         empty = stack.enter_context(bench_database(EMPTY, settings="bench.settings"))
         results["idle_tick"] = {"no_tasks": idle_tick(args.ticks)}
