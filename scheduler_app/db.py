@@ -71,9 +71,10 @@ def probe_statement(connection: Any) -> tuple[str, list[Any]]:
             f" (SELECT MIN(lease_expires_at) FROM {execution_table} WHERE status = {status_literal(status)})"
             for status in LEASED
         )
-        + f", (SELECT MIN(disabled_until) FROM {task_table} WHERE enabled = %s)"
+        # A literal, as the partial index's condition: a prepared statement's plan reads it.
+        + f", (SELECT MIN(disabled_until) FROM {task_table} WHERE enabled = FALSE)"
     )
-    return sql, [True, False]
+    return sql, [True]
 
 
 class StatementCounter:

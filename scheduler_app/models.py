@@ -89,8 +89,13 @@ class Task(models.Model):
         ordering = ["id"]
         indexes = [
             models.Index(fields=["enabled", "next_run_at"], name="scheduler_task_due"),
-            # The runner's probe reads the earliest end of a pause from one end of it.
-            models.Index(fields=["enabled", "disabled_until"], name="scheduler_task_paused"),
+            # The runner's probe reads the earliest end of a pause from one end of it. Partial: the
+            # move of an enabled task's next_run_at at each fire time writes no entry into it.
+            PartialIndex(
+                fields=["enabled", "disabled_until"],
+                name="scheduler_task_paused",
+                where=models.Q(enabled=False),
+            ),
         ]
         # Separate from change_task: a handler is code (JavaScript) or a network target (HTTP).
         permissions = [("change_task_handler", "Can change task handlers (JavaScript code, HTTP targets)")]

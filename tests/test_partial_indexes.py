@@ -19,6 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 QUEUE_INDEXES = {
     "scheduler_execution_due": "'pending'",
     "scheduler_execution_lease": "'claimed'",
+    "scheduler_task_paused": "enabled",
 }
 
 
@@ -30,13 +31,13 @@ def index_definitions() -> dict[str, str]:
             )
         elif connection.vendor == "sqlite":
             cursor.execute(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name IN (%s, %s)",
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name IN (%s, %s, %s)",
                 list(QUEUE_INDEXES),
             )
         else:
             cursor.execute(
                 "SELECT index_name, GROUP_CONCAT(column_name ORDER BY seq_in_index) FROM information_schema.statistics"
-                " WHERE table_schema = DATABASE() AND index_name IN (%s, %s) GROUP BY index_name",
+                " WHERE table_schema = DATABASE() AND index_name IN (%s, %s, %s) GROUP BY index_name",
                 list(QUEUE_INDEXES),
             )
         return dict(cursor.fetchall())
@@ -106,6 +107,24 @@ def fill_history(now, rows: int, pending: int = 0) -> None:
     )
 
 
+def copy_tasks(count: int, *, paused_every: int) -> None:
+    """``count`` copies of a registered task, every ``paused_every``-th of them paused until tomorrow."""
+    from scheduler_app.models import Task
+
+    scheduler.register(definition("original"))
+    columns = [
+        f.column for f in Task._meta.concrete_fields if f.column not in ("id", "enabled", "disabled_until")
+    ]
+    listed = ", ".join(connection.ops.quote_name(c) for c in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO scheduler_app_task (id, enabled, disabled_until, {listed})"
+            f" SELECT 'copy-' || n, n %% %s <> 0, CASE WHEN n %% %s = 0 THEN now() + interval '1 day' END,"
+            f" {listed} FROM scheduler_app_task, generate_series(1, %s) AS n WHERE id = 'original'",
+            [paused_every, paused_every, count],
+        )
+
+
 def prepared_plan(sql: str, types: str, params: list, *, generic: bool = True) -> list[dict]:
     """Every node of the plan of a prepared statement, after ANALYZE: the generic plan PostgreSQL
     keeps for later calls, or (``generic=False``) the plan made for ``params``, run (EXPLAIN ANALYZE),
@@ -141,8 +160,9 @@ def test_the_probe_reads_the_queue_indexes_under_a_generic_plan(clock):
     """The idle tick's one statement names its statuses as literals: prepared, with the plan PostgreSQL
     keeps for every later call, it still reads one end of each partial index (no scan of the history)."""
     fill_history(clock.now(), 5000, pending=1)
+    copy_tasks(5000, paused_every=100)
     sql, params = db.probe_statement(connection)
-    plan = prepared_plan(sql, "boolean, boolean", list(params))
+    plan = prepared_plan(sql, "boolean", list(params))
     on_journal = [n for n in plan if n.get("Relation Name") == "scheduler_app_execution"]
     assert len(on_journal) == 3
     assert sorted(n.get("Index Name") for n in on_journal) == [
@@ -150,6 +170,8 @@ def test_the_probe_reads_the_queue_indexes_under_a_generic_plan(clock):
         "scheduler_execution_lease",
         "scheduler_execution_lease",
     ]
+    on_tasks = [n for n in plan if n.get("Relation Name") == "scheduler_app_task"]
+    assert sorted(n.get("Index Name") for n in on_tasks) == ["scheduler_task_due", "scheduler_task_paused"]
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="partial indexes are PostgreSQL's")

@@ -316,7 +316,11 @@ class Migration(migrations.Migration):
                 ],
                 "indexes": [
                     models.Index(fields=["enabled", "next_run_at"], name="scheduler_task_due"),
-                    models.Index(fields=["enabled", "disabled_until"], name="scheduler_task_paused"),
+                    scheduler_app.indexes.PartialIndex(
+                        fields=["enabled", "disabled_until"],
+                        name="scheduler_task_paused",
+                        where=models.Q(("enabled", False)),
+                    ),
                 ],
             },
         ),

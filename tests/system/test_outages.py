@@ -289,7 +289,15 @@ def test_runners_with_clocks_five_minutes_off_fire_each_minute_on_time(runners):
         assert not early, f"occurrences created before their minute: {early}"
         return len([row for row in rows if row[1] == minute and row[2] == Status.SUCCESS]) == len(tasks)
 
-    wait_for(nothing_early_and_all_done, timeout=90, interval=0.1)
+    try:
+        wait_for(nothing_early_and_all_done, timeout=90, interval=0.1)
+    except AssertionError as failure:
+        # What the journal and the runners said, for a failure seen once on a loaded CI machine.
+        rows = list(Execution.objects.values_list("task_id", "scheduled_for", "status"))
+        raise AssertionError(
+            f"{failure}; minute {minute}, database now {database_now()}; rows {rows};"
+            f" ahead said {ahead.lines[-15:]}; behind said {behind.lines[-15:]}"
+        ) from None
     started = stamps(runners.effects)
     # A slow machine may already have reached the next minute: its occurrences are not this check's.
     rows = list(Execution.objects.filter(scheduled_for=minute))
