@@ -136,6 +136,9 @@ def test_recent_runs_show_the_newest_attempts_oldest_left_with_their_outcome(adm
     titles = re.findall(r"<title>([a-z]+), attempt 1, ended .*? after 2\.0 s</title>", bar)
     assert len(titles) == RECENT_RUNS
     assert titles[-1] == "interrupted" and titles.count("failed") == 3 and titles[0] == "failed"
+    rects = re.findall(r"<rect [^>]*>", bar)
+    assert rects[0] == '<rect x="0" y="0" width="6" height="14" fill="#c62828">'
+    assert rects[-1] == f'<rect x="{(RECENT_RUNS - 1) * 7}" y="0" width="6" height="14" fill="#ef8f00">'
 
 
 def test_the_recent_runs_of_a_page_cost_the_same_statements_for_3_or_30_tasks(admin_client):
@@ -413,6 +416,28 @@ def test_the_journal_list_never_counts_every_row(admin_client, monkeypatch):
         assert '<span class="scheduler-count">more than 3</span>' in admin_client.get(url).content.decode()
     few = admin_client.get(url, {"status": "unknown"}).content.decode()
     assert '<span class="scheduler-count">0</span>' in few
+
+
+def test_a_filtered_task_list_counts_at_most_its_limit_and_the_whole_list_exactly(admin_client, monkeypatch):
+    from scheduler_app.admin.common import TaskCountPaginator
+
+    monkeypatch.setattr(TaskCountPaginator, "limit", 3)
+    for index in range(5):
+        scheduler.register(definition(f"t{index}"))
+        make_execution(f"t{index}", "failed")
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client.get(TASKS, {"health": "failing"}).content.decode()
+    assert '<span class="scheduler-count">more than 3</span>' in page
+    (count,) = [
+        query["sql"].upper()
+        for query in queries
+        if "COUNT(" in query["sql"].upper() and "WHERE" in query["sql"].upper()
+    ]
+    assert "LIMIT 4" in count
+    assert "COALESCE" not in count  # no column of the list, only what the filter needs
+    assert '<span class="scheduler-count">5</span>' in admin_client.get(TASKS).content.decode()
+    few = admin_client.get(TASKS, {"health": "failing", "q": "t1"}).content.decode()
+    assert '<span class="scheduler-count">1</span>' in few
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, Subquery, V
 from django.db.models.functions import Coalesce, Greatest
 from django.http import HttpRequest
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 
 from scheduler_app import lateness
 from scheduler_app.admin.display import seconds_text
@@ -172,17 +172,18 @@ def runs_bar(runs: list[tuple[str, int, Any, int | None]]) -> SafeString | str:
     """The runs as a row of coloured marks, oldest left, each titled with its outcome and time."""
     if not runs:
         return "-"
-    marks = [
-        (
-            index * (RUN_WIDTH + RUN_GAP),
-            RUN_WIDTH,
-            RUN_HEIGHT,
-            RUN_COLOURS.get(status, "#9e9e9e"),
+    # One string for the marks, each value escaped: format_html per mark costs more than the
+    # rest of the task list (100 tasks x 30 runs).
+    marks = "".join(
+        f'<rect x="{index * (RUN_WIDTH + RUN_GAP)}" y="0" width="{RUN_WIDTH}" height="{RUN_HEIGHT}"'
+        f' fill="{escape(RUN_COLOURS.get(status, "#9e9e9e"))}"><title>'
+        + escape(
             f"{status}, attempt {attempt}, ended {finished_at:%Y-%m-%d %H:%M:%S} UTC"
-            + (f" after {seconds_text(duration_ms / 1000)}" if duration_ms is not None else ""),
+            + (f" after {seconds_text(duration_ms / 1000)}" if duration_ms is not None else "")
         )
+        + "</title></rect>"
         for index, (status, attempt, finished_at, duration_ms) in enumerate(reversed(runs))
-    ]
+    )
     width = RECENT_RUNS * (RUN_WIDTH + RUN_GAP)
     return format_html(
         '<svg class="scheduler-runs" role="img" aria-label="{}" width="{}" height="{}" viewBox="0 0 {} {}">{}</svg>',
@@ -193,9 +194,5 @@ def runs_bar(runs: list[tuple[str, int, Any, int | None]]) -> SafeString | str:
         RUN_HEIGHT,
         width,
         RUN_HEIGHT,
-        format_html_join(
-            "",
-            '<rect x="{}" y="0" width="{}" height="{}" fill="{}"><title>{}</title></rect>',
-            marks,
-        ),
+        mark_safe(marks),  # every value in it is escaped above
     )

@@ -29,7 +29,7 @@ from django.utils.translation import ngettext
 from scheduler_app.admin import display, task_health
 from scheduler_app.admin.backfill import backfill
 from scheduler_app.admin.changes import table as changes_table
-from scheduler_app.admin.common import ObjectActions, acting, actor, tell
+from scheduler_app.admin.common import ObjectActions, TaskCountPaginator, acting, actor, tell
 from scheduler_app.admin.crontext import describe
 from scheduler_app.admin.forms import TaskForm
 from scheduler_app.exceptions import SchedulerError, TaskDeclared, TaskNotFound
@@ -146,6 +146,7 @@ class TaskChangeList(ChangeList):
 @admin.register(Task)
 class TaskAdmin(ObjectActions):
     form = TaskForm
+    paginator = TaskCountPaginator
     list_display = ("id", "health", "name", "schedule", "next_run", "last_outcome", "recent_runs", "declared")
     list_filter = (
         task_health.HealthFilter,
