@@ -80,3 +80,38 @@ class WithoutPatternIndex(Operation):
 
     def describe(self) -> str:
         return f"Drop the LIKE-prefix index of {self.model_name}.{self.field_name} on PostgreSQL"
+
+
+class PostgresOnlyIndex(Operation):
+    """An index built on PostgreSQL only, for statements that only PostgreSQL runs
+    (scheduler_app/postgres/): elsewhere their ORM counterparts would not read it, and a whole
+    index there would be one more entry to write for every row of the journal.
+
+    Not in the model's Meta, so that Django's migration state, which has no notion of a
+    database-specific index, never asks to build it elsewhere.
+    """
+
+    reversible = True
+
+    def __init__(self, model_name: str, index: models.Index) -> None:
+        self.model_name = model_name
+        self.index = index
+
+    def deconstruct(self) -> tuple[str, Sequence[Any], dict[str, Any]]:
+        return self.__class__.__name__, [self.model_name, self.index], {}
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        pass
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            model = to_state.apps.get_model(app_label, self.model_name)
+            schema_editor.execute(self.index.create_sql(model, schema_editor), params=None)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            model = from_state.apps.get_model(app_label, self.model_name)
+            schema_editor.execute(self.index.remove_sql(model, schema_editor))
+
+    def describe(self) -> str:
+        return f"Create index {self.index.name} on {self.model_name} on PostgreSQL"

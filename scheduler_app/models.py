@@ -270,7 +270,8 @@ class ExecutionQuerySet(models.QuerySet):
 
     def occupying(self) -> ExecutionQuerySet:
         # Two conditions, each one of a small partial index on PostgreSQL (leased rows, unknown
-        # rows), rather than one IN list that neither matches.
+        # rows), rather than one IN list that neither matches; together they also imply the
+        # condition of scheduler_execution_occupying, read when the rows of given tasks are asked.
         return self.filter(models.Q(status__in=LEASED) | models.Q(status=Status.UNKNOWN))
 
     def count_by_task(self) -> dict[str, int]:
@@ -342,7 +343,8 @@ class Execution(models.Model):
             ),
             # A task's executions newest first (its last outcome, its page of the journal): a
             # backward read that stops at the first match. What occupies a task's slots is found
-            # through the small partial indexes above (``occupying()``), not this one.
+            # through small partial indexes (``occupying()``; on PostgreSQL, by task, through
+            # scheduler_execution_occupying, built by migration 0001 only there), not this one.
             models.Index(fields=["task_id", "sequence"], name="scheduler_execution_task"),
             # The operator's lists and health checks: few rows, found without reading the history.
             PartialIndex(

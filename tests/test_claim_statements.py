@@ -188,3 +188,24 @@ def test_the_fixed_statement_schedules_what_the_orm_schedules(clock, monkeypatch
     assert "scheduled, merging 4 missed fire times" in reasons
     assert any(reason.startswith("misfire: missed") for reason in reasons)
     assert any(reason.startswith("overlap") for reason in reasons)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the fixed claim statements are PostgreSQL's")
+def test_the_candidates_pass_over_tasks_whose_leased_and_unknown_rows_fill_their_slots(clock):
+    from django.db import transaction
+
+    from scheduler_app.postgres import claims as fixed
+
+    slots = {"free": (1, []), "leased-full": (1, ["running"]), "unknown-full": (1, ["unknown"])}
+    slots |= {"unknown-half": (2, ["unknown"]), "mixed-full": (2, ["unknown", "claimed"])}
+    for task_id, (limit, occupying) in slots.items():
+        scheduler.register(definition(task_id, cron="0 0 1 1 *", max_concurrency=limit))
+        for n, status in enumerate(occupying):
+            scheduler.trigger(task_id, idempotency_key=f"busy-{n}")
+            Execution.objects.filter(task_id=task_id, idempotency_key=f"busy-{n}").update(status=status)
+        scheduler.trigger(task_id, idempotency_key="waiting")
+    clock.advance(1)
+    with transaction.atomic():
+        found = sorted(row.task_id for row in fixed.candidates(clock.now(), 10))
+        by_orm = sorted(row.task_id for row in statements.ORM.candidates(clock.now(), 10))
+    assert found == by_orm == ["free", "unknown-half"]

@@ -3,6 +3,7 @@ hot statements can use them even with a generic plan; other databases keep whole
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from datetime import timedelta
 
@@ -80,6 +81,32 @@ def test_the_like_prefix_index_comes_back_when_the_migrations_are_undone():
     with connection.schema_editor() as editor:
         operation.database_forwards("scheduler_app", editor, state, state)
     assert like_indexes() == []
+
+
+def test_the_index_of_occupying_rows_is_built_on_postgresql_only_and_undone_with_the_migration():
+    from django.apps import apps
+    from django.db.migrations.state import ProjectState
+
+    from scheduler_app.indexes import PostgresOnlyIndex
+
+    initial = importlib.import_module("scheduler_app.migrations.0001_initial").Migration
+
+    def built() -> bool:
+        constraints = connection.introspection.get_constraints(connection.cursor(), "scheduler_app_execution")
+        return "scheduler_execution_occupying" in constraints
+
+    if connection.vendor != "postgresql":
+        assert not built()
+        return
+    assert built()
+    (operation,) = [o for o in initial.operations if isinstance(o, PostgresOnlyIndex)]
+    state = ProjectState.from_apps(apps)
+    with connection.schema_editor() as editor:
+        operation.database_backwards("scheduler_app", editor, state, state)
+    assert not built()
+    with connection.schema_editor() as editor:
+        operation.database_forwards("scheduler_app", editor, state, state)
+    assert built()
 
 
 def test_no_database_warns_that_a_condition_is_ignored():
@@ -176,9 +203,9 @@ def test_the_probe_reads_the_queue_indexes_under_a_generic_plan(clock):
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="partial indexes are PostgreSQL's")
 def test_the_claim_counts_busy_tasks_without_reading_the_history(clock):
-    """The claim skips tasks at their max_concurrency: it counts occupying rows through the leased
-    and unknown partial indexes, never through the task index's entry of every ended row (with
-    millions of ended rows that read made W1 14 times slower, bench/scale.py)."""
+    """The claim skips tasks at their max_concurrency: it counts leased rows through their partial
+    index and a candidate's unknown ones through the partial index of occupying rows, never through the task index's entry of every ended row
+    (with millions of ended rows that read made W1 14 times slower, bench/scale.py)."""
     from scheduler_app.postgres.claims import candidates_sql
 
     now = clock.now()
@@ -188,7 +215,7 @@ def test_the_claim_counts_busy_tasks_without_reading_the_history(clock):
     assert {name for _, name in read if name} <= {
         "scheduler_execution_due",
         "scheduler_execution_lease",
-        "scheduler_execution_unknown",
+        "scheduler_execution_occupying",
         "scheduler_app_task_pkey",
     }, read
     assert not [
@@ -199,10 +226,11 @@ def test_the_claim_counts_busy_tasks_without_reading_the_history(clock):
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="partial indexes are PostgreSQL's")
-def test_the_claim_looks_up_only_the_busy_tasks_limits(clock):
-    """With many tasks and a few hundred unknown rows, PostgreSQL merged the occupying rows with an
-    index read of every task to learn their max_concurrency (20-75 ms a claim at 100,000 tasks,
-    bench/scale.py): the claim reads the task table once per busy task, and no more."""
+def test_the_claim_reads_only_the_slots_and_limits_of_the_due_tasks(clock):
+    """With many tasks and a thousand unknown rows of tasks not due, the claim reads neither those
+    rows nor those tasks: PostgreSQL once merged the occupying rows with an index read of every
+    task (20-75 ms a claim at 100,000 tasks), then read every unknown row of the journal at each
+    claim (hundreds in a long history: most of what made W1 slower there, bench/scale.py)."""
     from scheduler_app.models import Task
     from scheduler_app.postgres.claims import candidates_sql
 
@@ -227,4 +255,11 @@ def test_the_claim_looks_up_only_the_busy_tasks_limits(clock):
     task_rows = sum(
         n["Actual Rows"] * n["Actual Loops"] for n in plan if n.get("Relation Name") == "scheduler_app_task"
     )
-    assert task_rows <= len(busy)
+    assert task_rows <= 2  # the limits of the two due tasks
+    slot_rows = sum(
+        n["Actual Rows"] * n["Actual Loops"]
+        for n in plan
+        if n.get("Relation Name") == "scheduler_app_execution"
+        and n.get("Index Name") != "scheduler_execution_due"
+    )
+    assert slot_rows == 0  # neither has a leased or unknown row

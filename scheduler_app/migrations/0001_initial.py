@@ -377,4 +377,12 @@ class Migration(migrations.Migration):
                 "indexes": [models.Index(fields=["task_id", "id"], name="scheduler_taskchange_task")],
             },
         ),
+        scheduler_app.indexes.PostgresOnlyIndex(
+            "execution",
+            models.Index(
+                fields=["task_id", "status"],
+                name="scheduler_execution_occupying",
+                condition=models.Q(("status__in", ("claimed", "running", "unknown"))),
+            ),
+        ),
     ]

@@ -19,7 +19,16 @@ from typing import Any, TypeVar
 from django.db.models import Model
 
 from scheduler_app import journal
-from scheduler_app.models import BACKFILL_SOURCE, LEASED, Execution, ExecutionEvent, Status, Task, TriggerType
+from scheduler_app.models import (
+    BACKFILL_SOURCE,
+    LEASED,
+    OCCUPYING,
+    Execution,
+    ExecutionEvent,
+    Status,
+    Task,
+    TriggerType,
+)
 from scheduler_app.postgres import binding
 from scheduler_app.sql import status_literal
 
@@ -74,10 +83,10 @@ CANDIDATE_FIELDS = (
 )
 
 
-# Occupying rows as two conditions, each the predicate of a small partial index (leased rows,
-# unknown rows): one IN list of the three matches neither, and PostgreSQL would then read an index
-# entry of every row of the journal, millions with a long history.
-OCCUPYING_ROWS = f"(o.status IN {status_literal(*LEASED)} OR o.status = {status_literal(Status.UNKNOWN)})"
+# Rows that fill a slot of their task, as the predicate of the partial index
+# scheduler_execution_occupying (task_id, status; migration 0001): a task's are found by its id,
+# however many other tasks have leased or unknown rows.
+OCCUPYING_ROWS = f"o.status IN {status_literal(*OCCUPYING)}"
 
 
 def candidates(now: datetime, limit: int) -> list[Execution]:
@@ -94,11 +103,21 @@ def candidates_sql() -> str:
     n = _names()
     return (
         f"SELECT {', '.join(f'e.{name}' for name in CANDIDATE_FIELDS)} FROM {n['execution']} e"
-        f" WHERE e.status = {status_literal(Status.PENDING)} AND e.due_at <= %s AND e.task_id NOT IN ("
-        f"SELECT o.task_id FROM {n['execution']} o WHERE {OCCUPYING_ROWS} GROUP BY o.task_id"
+        f" WHERE e.status = {status_literal(Status.PENDING)} AND e.due_at <= %s"
+        # A task is full when its leased and unknown rows reach its max_concurrency. Leased rows
+        # are the live queue: counted for all tasks at once, and a full task's many due rows (a
+        # burst of triggers) are passed over by a lookup in that set.
+        f" AND e.task_id NOT IN (SELECT o.task_id FROM {n['execution']} o"
+        f" WHERE o.status IN {status_literal(*LEASED)} GROUP BY o.task_id"
         # Each busy task's limit looked up by its key: joined instead, PostgreSQL merged the
         # occupying rows with an index read of every task (100,000 of them: 20-75 ms a claim).
         f" HAVING COUNT(*) >= (SELECT t.max_concurrency FROM {n['task']} t WHERE t.id = o.task_id))"
+        # Unknown rows are history that can pile up: looked up for each candidate's task (one
+        # index probe finds none), never read all at each claim (hundreds in bench/scale.py).
+        f" AND NOT EXISTS (SELECT 1 FROM {n['execution']} u WHERE u.task_id = e.task_id"
+        f" AND u.status = {status_literal(Status.UNKNOWN)}"
+        f" AND (SELECT b.max_concurrency FROM {n['task']} b WHERE b.id = e.task_id) <= ("
+        f"SELECT COUNT(*) FROM {n['execution']} o WHERE o.task_id = e.task_id AND {OCCUPYING_ROWS}))"
         # Backfilled rows of paused tasks wait (models.held_by_pause); only they pay the lookup.
         f" AND NOT (e.trigger_source = '{BACKFILL_SOURCE}' AND e.trigger_type = '{TriggerType.SCHEDULED.value}'"
         f" AND EXISTS (SELECT 1 FROM {n['task']} p WHERE p.id = e.task_id AND NOT p.enabled))"
@@ -117,11 +136,11 @@ def busy(task_ids: Iterable[str]) -> dict[str, int]:
     """How many executions of each task occupy a slot; a statement of its own, after the task
     locks, so that it sees every claim committed before them."""
     n = _names()
-    # One pass over the occupying rows (through their partial indexes), not a count per task: a
-    # count per task reads that task's rows through the task index, thousands for a busy one.
+    # Through the partial index of occupying rows, by task: not the task index, which holds every
+    # row of a task's history.
     sql = (
         f"SELECT o.task_id, COUNT(*) FROM {n['execution']} o"
-        f" WHERE {OCCUPYING_ROWS} AND o.task_id = ANY(%s::text[]) GROUP BY o.task_id"
+        f" WHERE o.task_id = ANY(%s::text[]) AND {OCCUPYING_ROWS} GROUP BY o.task_id"
     )
     with binding.bound_cursor(binding.journal_connection()) as cursor:
         cursor.execute(sql, [list(task_ids)])
