@@ -270,8 +270,7 @@ class ExecutionQuerySet(models.QuerySet):
 
     def occupying(self) -> ExecutionQuerySet:
         # Two conditions, each one of a small partial index on PostgreSQL (leased rows, unknown
-        # rows), rather than one IN list that neither matches; together they also imply the
-        # condition of scheduler_execution_occupying, read when the rows of given tasks are asked.
+        # rows), rather than one IN list that neither matches.
         return self.filter(models.Q(status__in=LEASED) | models.Q(status=Status.UNKNOWN))
 
     def count_by_task(self) -> dict[str, int]:
