@@ -204,8 +204,9 @@ def test_the_probe_reads_the_queue_indexes_under_a_generic_plan(clock):
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="partial indexes are PostgreSQL's")
 def test_the_claim_counts_busy_tasks_without_reading_the_history(clock):
     """The claim skips tasks at their max_concurrency: it counts leased rows through their partial
-    index and a candidate's unknown ones through the partial index of occupying rows, never through the task index's entry of every ended row
-    (with millions of ended rows that read made W1 14 times slower, bench/scale.py)."""
+    index and a candidate's unknown ones through the partial index of occupying rows, never through
+    the task index's entry of every ended row (with millions of ended rows that read made W1 14
+    times slower, bench/scale.py)."""
     from scheduler_app.postgres.claims import candidates_sql
 
     now = clock.now()
