@@ -240,6 +240,64 @@ def test_claim_respects_the_free_slots(clock):
     assert Execution.objects.filter(status=Status.PENDING).count() == 2
 
 
+def locked_task_ids(monkeypatch) -> list[set[str]]:
+    """The task ids of each lock_tasks call of the journal's statements, from now on."""
+    from scheduler_app.statements import journal_statements
+
+    statements = type(journal_statements())
+    original = statements.lock_tasks
+    calls: list[set[str]] = []
+
+    def recorded(self, task_ids):
+        calls.append(set(task_ids))
+        return original(self, task_ids)
+
+    monkeypatch.setattr(statements, "lock_tasks", recorded)
+    return calls
+
+
+def test_a_claim_locks_the_tasks_of_the_rows_it_takes_and_only_them_when_they_fill_it(clock, monkeypatch):
+    for name in "abcdef":
+        scheduler.register(definition(name, cron="0 0 1 1 *"))
+        scheduler.trigger(name)
+    calls = locked_task_ids(monkeypatch)
+    claimed, _ = claims.claim(clock.now(), "node-x", 2, 30)
+    assert [c.execution.task_id for c in claimed] == ["a", "b"]
+    # The candidates read ahead (OVERFETCH) stay unlocked tasks: another runner claims them.
+    assert calls == [{"a", "b"}]
+
+
+def test_a_claim_the_first_rows_do_not_fill_locks_the_tasks_of_the_rows_after_them(clock, monkeypatch):
+    scheduler.register(definition("serial", cron="0 0 1 1 *"))
+    scheduler.register(definition("other", cron="0 0 1 1 *"))
+    scheduler.trigger("serial", idempotency_key="1")
+    scheduler.trigger("serial", idempotency_key="2")
+    clock.advance(1)
+    scheduler.trigger("other")
+    calls = locked_task_ids(monkeypatch)
+    claimed, _ = claims.claim(clock.now(), "node-x", 2, 30)
+    # The serial task's second row waits for its slot; the claim fills its place from further on.
+    assert sorted(c.execution.task_id for c in claimed) == ["other", "serial"]
+    assert calls == [{"serial"}, {"other"}]
+
+
+def test_a_claim_starts_the_rows_it_is_asked_to_in_its_own_transaction(clock):
+    scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=3))
+    executions = [scheduler.trigger("report") for _ in range(3)]
+    claimed, _ = claims.claim(clock.now(), "node-x", 3, 30, start=2)
+    assert [c.started for c in claimed] == [True, True, None]
+    statuses = [Execution.objects.get(sequence=e.sequence) for e in executions]
+    assert [(row.status, row.started_at) for row in statuses] == [
+        (Status.RUNNING, clock.now()),
+        (Status.RUNNING, clock.now()),
+        (Status.CLAIMED, None),
+    ]
+    assert transitions(executions[0].occurrence_id)[1:] == [
+        (Status.PENDING, Status.CLAIMED),
+        (Status.CLAIMED, Status.RUNNING),
+    ]
+
+
 def test_misfire_coalesces_within_grace_and_records_older_fire_times_once(clock):
     scheduler.register(definition(misfire_grace_seconds=120))
     runner = inline_runner(clock)

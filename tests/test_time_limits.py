@@ -22,7 +22,6 @@ from scheduler_app.runner.attempt import Attempt
 from scheduler_app.runner.claims import Claim
 from scheduler_app.runner.limits import Limit
 from scheduler_app.runner.recording import DirectJournal
-from scheduler_app.runner.writer import start_batch
 from tests import hooks
 from tests.conftest import RUNNER_THREAD
 from tests.factories import definition, inline_runner, transitions
@@ -279,9 +278,9 @@ def test_run_scheduler_once_enforces_time_limits_while_it_drains(hook_timeout):
 
 def abandoned_attempt(clock) -> Attempt:
     """A started attempt, past its limit and its grace, abandoned by the runner."""
-    (claim,), _ = claims.claim(clock.now(), "node-a", 1, 30)
+    (claim,), _ = claims.claim(clock.now(), "node-a", 1, 30, start=1)
     attempt = Attempt(claim)
-    start_batch([attempt], "node-a", clock.now())
+    attempt.started = (True, clock.now())
     now = time.monotonic()
     attempt.limit = Limit(HOOK_TIMEOUT, deadline=now - 1, timed_out_at=now - 1)
     attempt.lease_deadline = now + 30

@@ -155,15 +155,15 @@ def test_a_shutdown_releases_a_queued_attempt_even_when_a_cancelled_one_frees_a_
 def test_an_attempt_started_early_and_cancelled_before_its_worker_took_it_ends_without_running(clock):
     from scheduler_app.runner import claims
     from scheduler_app.runner.attempt import Attempt, run_attempt
-    from scheduler_app.runner.writer import start_batch
     from tests import hooks
 
     scheduler.register(definition(cron="0 0 1 1 *"))
     execution = scheduler.trigger("report")
-    (claim,), _ = claims.claim(clock.now(), "node-a", 1, 60)
-    attempt = Attempt(claim)
-    start_batch([attempt], "node-a", clock.now())
+    (claim,), _ = claims.claim(clock.now(), "node-a", 1, 60, start=1)
+    assert claim.started is True
     assert status_of(execution) == Status.RUNNING
+    attempt = Attempt(claim)
+    attempt.started = (True, clock.now())
     calls = len(hooks.CALLS)
     attempt.cancel("shutdown")
     run_attempt(attempt, "node-a", clock)
@@ -173,17 +173,34 @@ def test_an_attempt_started_early_and_cancelled_before_its_worker_took_it_ends_w
     assert moves[-2:] == [(Status.CLAIMED, Status.RUNNING), (Status.RUNNING, Status.INTERRUPTED)]
 
 
-def test_attempts_still_reach_their_workers_when_starting_them_early_fails(running, monkeypatch):
-    from scheduler_app.runner import loop
+def test_a_claim_whose_early_start_fails_takes_nothing_and_a_later_claim_runs_the_row(running, monkeypatch):
+    """The start shares the claim's transaction: when it fails, the row was never claimed."""
+    from django.db import DatabaseError
 
-    def broken(attempts, node, now):
-        raise RuntimeError("a bug in the early start")
+    from scheduler_app.statements import journal_statements
 
-    monkeypatch.setattr(loop, "start_batch", broken)
+    statements = type(journal_statements())
+    original = statements.start_batch
+    refused: list[int] = []
+
+    def fails_once(self, claims, node, now):
+        if not refused:
+            refused.append(len(claims))
+            raise DatabaseError("the early start failed")
+        return original(self, claims, node, now)
+
+    monkeypatch.setattr(statements, "start_batch", fails_once)
     scheduler.register(definition(cron="0 0 1 1 *"))
     running()
     execution = scheduler.trigger("report", params={"result": "ran"}, wait=10)
     assert (execution.status, execution.result) == (Status.SUCCESS, "ran")
+    assert refused == [1]
+    assert transitions(execution.occurrence_id) == [
+        ("", Status.PENDING),
+        (Status.PENDING, Status.CLAIMED),
+        (Status.CLAIMED, Status.RUNNING),
+        (Status.RUNNING, Status.SUCCESS),
+    ]
 
 
 FINISHED: list[str] = []

@@ -30,7 +30,7 @@ from scheduler_app.postgres import binding
 from scheduler_app.sql import status_literal
 
 if TYPE_CHECKING:
-    from scheduler_app.runner.attempt import Attempt
+    from scheduler_app.runner.claims import Claim
     from scheduler_app.runner.recording import Finish
 
 # Every column a Finish may set; a row leaves the ones its plan does not name as they are.
@@ -106,9 +106,9 @@ def _start_sql() -> str:
     )
 
 
-def start(attempts: Sequence[Attempt], node: str, now: datetime) -> set[int]:
-    """claimed -> running for every attempt still owned and not asked to stop; the sequences moved."""
-    claims = sorted((a.claim for a in attempts), key=lambda c: c.execution.sequence)
+def start(claimed: Sequence[Claim], node: str, now: datetime) -> set[int]:
+    """claimed -> running for every claim still owned and not asked to stop; the sequences moved."""
+    claims = sorted(claimed, key=lambda c: c.execution.sequence)
     params = [
         [c.execution.sequence for c in claims],
         [c.token for c in claims],

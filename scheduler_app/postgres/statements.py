@@ -12,7 +12,7 @@ from scheduler_app.postgres import batch, binding, claims, notify, scheduled, tr
 from scheduler_app.statements.orm import Statements
 
 if TYPE_CHECKING:
-    from scheduler_app.runner.attempt import Attempt
+    from scheduler_app.runner.claims import Claim
     from scheduler_app.runner.recording import Finish
 
 
@@ -55,8 +55,8 @@ class PostgresStatements(Statements):
     ) -> list[tuple[Execution, Task]]:
         return claims.take(chosen, now, node, lease_until)
 
-    def start_batch(self, attempts: Sequence[Attempt], node: str, now: datetime) -> set[int]:
-        return batch.start(attempts, node, now)
+    def start_batch(self, claims: Sequence[Claim], node: str, now: datetime) -> set[int]:
+        return batch.start(claims, node, now)
 
     def finish_batch(self, finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
         return batch.finish(finishes, node, now)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -17,18 +17,22 @@ from scheduler_app.models import (
     Task,
     TriggerType,
 )
-from scheduler_app.statements import journal_statements
+from scheduler_app.statements import Statements, journal_statements
 
 OVERFETCH = 4
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One attempt this runner now owns: the execution as claimed and the task as reread."""
+    """One attempt this runner now owns: the execution as claimed and the task as reread.
+
+    ``started`` says whether the claim also started it (claimed -> running); None when it left
+    that to a worker."""
 
     execution: Execution
     task: Task
     token: str
+    started: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -79,49 +83,86 @@ def _why_not_runnable(execution: Execution, task: Task | None) -> str | None:
     return None
 
 
-def claim(now: datetime, node: str, limit: int, lease_seconds: float) -> tuple[list[Claim], list[Ended]]:
-    """Claim up to ``limit`` due executions, respecting each task's max_concurrency."""
+def claim(
+    now: datetime, node: str, limit: int, lease_seconds: float, *, start: int = 0
+) -> tuple[list[Claim], list[Ended]]:
+    """Claim up to ``limit`` due executions, respecting each task's max_concurrency.
+
+    The first ``start`` rows taken (those a waiting worker runs at once) are also moved to
+    running in the claim's transaction: one commit for both moves."""
     if limit <= 0:
         return [], []
-    ended: list[Ended] = []
     lease_until = now + timedelta(seconds=lease_seconds)
     statements = journal_statements()
     with transaction.atomic():
         candidates = statements.candidates(now, limit * OVERFETCH)
         if not candidates:
             return [], []
-        task_ids = {row.task_id for row in candidates}
-        tasks = statements.lock_tasks(task_ids)
-        # Rows of tasks another claim holds wait; rows of deleted tasks are ended below.
-        unlocked = task_ids - set(tasks)
-        existing = (
-            set(Task.objects.filter(id__in=unlocked).values_list("id", flat=True)) if unlocked else set()
-        )
-        # Counted again under the task locks: the hint above may be stale by now.
-        busy = statements.busy(tasks)
-        free = {task.id: task.max_concurrency - busy.get(task.id, 0) for task in tasks.values()}
-        events: list[ExecutionEvent] = []
-        chosen: list[tuple[Execution, Task]] = []
-        for row in candidates:
-            if row.task_id in existing or len(chosen) >= limit:
+        choice = _Choice(statements, now, node, limit)
+        # The tasks of the first ``limit`` rows, then, if they did not fill the claim, those of the
+        # rest: in a burst of due tasks each claim locks and reads only the tasks it takes.
+        choice.decide(candidates[:limit])
+        if not choice.full():
+            choice.decide(candidates[limit:])
+        taken = statements.take(choice.chosen, now, node, lease_until) if choice.chosen else []
+        journal.append(choice.events)
+        claimed = [Claim(row, task, row.execution_token) for row, task in taken]
+        if start > 0 and claimed:
+            started = statements.start_batch(claimed[:start], node, now)
+            claimed[:start] = [replace(c, started=c.execution.sequence in started) for c in claimed[:start]]
+    return claimed, choice.ended
+
+
+class _Choice:
+    """The rows one claim takes or ends, decided under the locks of their tasks."""
+
+    def __init__(self, statements: Statements, now: datetime, node: str, limit: int) -> None:
+        self.statements, self.now, self.node, self.limit = statements, now, node, limit
+        self.tasks: dict[str, Task] = {}  # locked by this claim
+        self.elsewhere: set[str] = set()  # held by another claim: their rows wait
+        self.deleted: set[str] = set()
+        self.free: dict[str, int] = {}
+        self.chosen: list[tuple[Execution, Task]] = []
+        self.events: list[ExecutionEvent] = []
+        self.ended: list[Ended] = []
+
+    def full(self) -> bool:
+        return len(self.chosen) >= self.limit
+
+    def decide(self, rows: list[Execution]) -> None:
+        self._lock({row.task_id for row in rows} - set(self.tasks) - self.elsewhere - self.deleted)
+        for row in rows:
+            if row.task_id in self.elsewhere or self.full():
                 continue
-            task = tasks.get(row.task_id)
+            task = self.tasks.get(row.task_id)
             if _held(row, task):
                 continue
             reason = _why_not_runnable(row, task)
             if reason is not None:
-                ended_event = journal.interrupt_pending(row, now, reason, node)
+                ended_event = journal.interrupt_pending(row, self.now, reason, self.node)
                 if ended_event is not None:
-                    events.append(ended_event)
-                    ended.append(Ended(row, task.name if task else row.task_id, Status.INTERRUPTED))
+                    self.events.append(ended_event)
+                    self.ended.append(Ended(row, task.name if task else row.task_id, Status.INTERRUPTED))
                 continue
             assert task is not None
-            if free[task.id] > 0:
-                free[task.id] -= 1
-                chosen.append((row, task))
-        taken = statements.take(chosen, now, node, lease_until) if chosen else []
-        journal.append(events)
-    return [Claim(row, task, row.execution_token) for row, task in taken], ended
+            if self.free[task.id] > 0:
+                self.free[task.id] -= 1
+                self.chosen.append((row, task))
+
+    def _lock(self, task_ids: set[str]) -> None:
+        if not task_ids:
+            return
+        locked = self.statements.lock_tasks(task_ids)
+        unlocked = task_ids - set(locked)
+        existing = (
+            set(Task.objects.filter(id__in=unlocked).values_list("id", flat=True)) if unlocked else set()
+        )
+        self.elsewhere |= existing
+        self.deleted |= unlocked - existing
+        self.tasks.update(locked)
+        # Counted again under the task locks: the candidates' hint may be stale by now.
+        busy = self.statements.busy(locked) if locked else {}
+        self.free.update({task.id: task.max_concurrency - busy.get(task.id, 0) for task in locked.values()})
 
 
 def recover_expired(now: datetime, node: str, batch: int = 100) -> list[Ended]:

@@ -21,7 +21,7 @@ from scheduler_app.runner import claims, limits, pauses, scheduling
 from scheduler_app.runner.attempt import Attempt, run_attempt
 from scheduler_app.runner.clock import Clock, DatabaseClock
 from scheduler_app.runner.workers import WorkerPool
-from scheduler_app.runner.writer import JournalWriter, start_batch
+from scheduler_app.runner.writer import JournalWriter
 from scheduler_app.services import scheduler
 from scheduler_app.statements import journal_statements
 
@@ -45,6 +45,9 @@ SQLITE_WORKERS = 4
 # A runner writes its heartbeat (and renews its leases) every third of its lease, or this often
 # if that is sooner: a runner that died is seen silent within about two of these.
 HEARTBEAT_SECONDS = 30.0
+# A threaded runner holds up to this many times its workers in attempts, running or claimed
+# ahead: a burst then takes fewer, larger claims (bench/w1_burst.py; docs/benchmarks.md).
+CLAIM_AHEAD = 4
 
 
 class RunnerFailed(Exception):
@@ -444,35 +447,29 @@ class SchedulerLoop:
             return sum(1 for attempt in self.in_flight.values() if not attempt.handed_off)
 
     def claim_and_dispatch(self, now: datetime) -> int:
-        # Threaded runners claim one batch ahead, so a worker that finishes finds its
-        # next attempt queued instead of waiting for a claim round trip.
-        capacity = self.workers if self.inline else self.workers * 2
+        # A worker that finishes finds its next attempt queued instead of waiting for a claim.
+        capacity = self.workers if self.inline else self.workers * CLAIM_AHEAD
         free = capacity - self._busy()
-        claimed, ended = claims.claim(now, self.node_id, free, self.lease_seconds)
+        # Attempts a waiting worker takes at once are started by the claim itself, in its
+        # transaction; the others stay claimed until a worker is free to start them.
+        start = 0 if self._pool is None else self._pool.idle()
+        claimed, ended = claims.claim(now, self.node_id, free, self.lease_seconds, start=start)
         for item in ended:
             self._write_log(item.execution, item.task_name, item.log_status)
         attempts = []
         for claim in claimed:
             attempt = Attempt(claim, journal=self._writer, follow_up=self._follow_up if self._pool else None)
+            if claim.started is not None:
+                attempt.started = (claim.started, now)
             assert claim.execution.lease_expires_at is not None
             attempt.lease_deadline = self._local(claim.execution.lease_expires_at)
             with self._lock:
                 self.in_flight[claim.execution.sequence] = attempt
             attempts.append(attempt)
-        if self._pool is None:
-            for attempt in attempts:
+        for attempt in attempts:
+            if self._pool is None:
                 self._run_attempt(attempt)
-            return len(attempts)
-        # Attempts a waiting worker takes at once start here, in one statement, instead of each
-        # worker asking the writer; the others stay claimed until a worker is free to start them.
-        ready = attempts[: self._pool.idle()]
-        try:
-            if ready:
-                start_batch(ready, self.node_id, self.clock.now())
-        finally:
-            # Whatever happened to the early start, every attempt reaches a worker: one that
-            # did not start is started there, or released if cancelled.
-            for attempt in attempts:
+            else:
                 self._pool.submit(attempt)
         return len(attempts)
 

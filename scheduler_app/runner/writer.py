@@ -158,29 +158,13 @@ class JournalWriter:
             db.drop_broken_connections()
 
 
-def start_batch(attempts: list[Attempt], node: str, now: datetime) -> None:
-    """claimed -> running for ``attempts`` in the calling thread, in one write; each attempt's
-    ``started`` holds its answer. On a database error nothing is written and the attempts stay
-    claimed, for their workers to start."""
-    try:
-        started = journal_statements().start_batch(attempts, node, now)
-    except (DatabaseError, InterfaceError, ValueError):
-        logger.warning(
-            "starting %s claimed attempts together failed; their workers start them", len(attempts)
-        )
-        db.drop_broken_connections()
-        return
-    for attempt in attempts:
-        attempt.started = (attempt.claim.execution.sequence in started, now)
-
-
 def write_group(
     statements: Statements, group: list[_Request], node: str, now: datetime
 ) -> list[tuple[Any, ...]]:
     """A group of starts, or of outcomes, in one batch of the statements, every move at ``now``;
     each request's answer, in order, as the one-attempt path would give it."""
     if group[0].outcome is None:
-        started = statements.start_batch([r.attempt for r in group], node, now)
+        started = statements.start_batch([r.attempt.claim for r in group], node, now)
         return [(r.attempt.claim.execution.sequence in started, now) for r in group]
     finishes = [plan_finish(r.attempt, now, r.outcome, r.from_status) for r in group if r.outcome is not None]
     recorded = statements.finish_batch(finishes, node, now)

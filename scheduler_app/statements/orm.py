@@ -19,7 +19,7 @@ from scheduler_app import journal, logs
 from scheduler_app.models import Execution, Status, Task, held_by_pause
 
 if TYPE_CHECKING:
-    from scheduler_app.runner.attempt import Attempt
+    from scheduler_app.runner.claims import Claim
     from scheduler_app.runner.recording import Finish
 
 # The database's clock, as the probe reads it (UTC; the text goes through %-formatting).
@@ -108,32 +108,30 @@ class Statements:
 
     # -- the journal writer's batches ---------------------------------------------------------
 
-    def start_batch(self, attempts: Sequence[Attempt], node: str, now: datetime) -> set[int]:
-        """claimed -> running for every attempt still owned and not asked to stop; the sequences moved."""
+    def start_batch(self, claims: Sequence[Claim], node: str, now: datetime) -> set[int]:
+        """claimed -> running for every claim still owned and not asked to stop; the sequences moved."""
         with transaction.atomic():
-            current = journal.lock_rows(a.claim.execution.sequence for a in attempts)
+            current = journal.lock_rows(c.execution.sequence for c in claims)
             starts = [
-                a
-                for a in attempts
-                if journal.holds(current.get(a.claim.execution.sequence), a.claim.token, Status.CLAIMED)
+                c for c in claims if journal.holds(current.get(c.execution.sequence), c.token, Status.CLAIMED)
             ]
             if starts:
-                Execution.objects.filter(sequence__in=[a.claim.execution.sequence for a in starts]).update(
+                Execution.objects.filter(sequence__in=[c.execution.sequence for c in starts]).update(
                     status=Status.RUNNING, started_at=now, updated_at=now
                 )
                 journal.append(
                     journal.event(
-                        a.claim.execution.sequence,
+                        c.execution.sequence,
                         now,
                         Status.CLAIMED,
                         Status.RUNNING,
                         "started",
                         node=node,
-                        attempt=a.claim.execution.attempt,
+                        attempt=c.execution.attempt,
                     )
-                    for a in starts
+                    for c in starts
                 )
-        return {a.claim.execution.sequence for a in starts}
+        return {c.execution.sequence for c in starts}
 
     def finish_batch(self, finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
         """Record every planned outcome whose row is still owned, with the log rows that share

@@ -107,7 +107,7 @@ def install() -> None:
 
     from scheduler_app import journal
     from scheduler_app.models import Status
-    from scheduler_app.runner import attempt, loop
+    from scheduler_app.runner import attempt, claims, loop
 
     if "pause_before_start" in faults:
         original_run_attempt = attempt.run_attempt  # the object the loop imported by name
@@ -119,15 +119,15 @@ def install() -> None:
 
         _patch(loop, "run_attempt", run_attempt)
 
-        # Attempts that a waiting worker takes at once are started by the runner's thread.
-        original_start_batch = loop.start_batch
+        # A claim starts the attempts that waiting workers take at once: here every attempt is
+        # left claimed, for its worker to start after the pause.
+        original_claim = claims.claim
 
-        @functools.wraps(original_start_batch)
-        def start_batch(attempts: Any, node: str, now: Any) -> None:
-            _pause("pause_before_start", str(attempts[0].claim.execution.occurrence_id))
-            original_start_batch(attempts, node, now)
+        @functools.wraps(original_claim)
+        def claim(*args: Any, start: int = 0, **kwargs: Any) -> Any:
+            return original_claim(*args, **kwargs)
 
-        _patch(loop, "start_batch", start_batch)
+        _patch(claims, "claim", claim)
 
     if "pause_after_handler" in faults:
         original_call_handler = attempt.call_handler
