@@ -209,3 +209,28 @@ def test_the_candidates_pass_over_tasks_whose_leased_and_unknown_rows_fill_their
         found = sorted(row.task_id for row in fixed.candidates(clock.now(), 10))
         by_orm = sorted(row.task_id for row in statements.ORM.candidates(clock.now(), 10))
     assert found == by_orm == ["free", "unknown-half"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the fixed claim statements are PostgreSQL's")
+def test_the_rows_the_fixed_statements_read_are_the_models_the_orm_loads(clock):
+    """Built without Model.__init__ (postgres.claims._loaded): the same field values, loaded from the
+    database, the fields left out read on use, and saved as the ORM's are."""
+    from scheduler_app.postgres import claims as fixed
+
+    scheduler.register(definition("read", cron="0 0 1 1 *", params={"k": [1, {"a": None}]}))
+    scheduler.trigger("read", params={"extra": "x"})
+    (row,) = fixed.candidates(clock.now(), 10)
+    loaded = Execution.objects.get(sequence=row.sequence)
+    assert (row._state.adding, row._state.db) == (False, loaded._state.db)
+    assert row.get_deferred_fields() >= {"params", "owner", "lease_expires_at"}
+    for name in fixed.CANDIDATE_FIELDS:
+        assert getattr(row, name) == getattr(loaded, name)
+    assert row.params == {"k": [1, {"a": None}], "extra": "x"}  # read on use
+    tasks = fixed.lock_tasks({"read"})
+    task = Task.objects.get(id="read")
+    assert {f.attname: getattr(tasks["read"], f.attname) for f in Task._meta.concrete_fields} == {
+        f.attname: getattr(task, f.attname) for f in Task._meta.concrete_fields
+    }
+    row.owner = "someone"
+    row.save(update_fields=["owner"])
+    assert Execution.objects.get(sequence=row.sequence).owner == "someone"

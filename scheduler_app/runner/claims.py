@@ -19,7 +19,9 @@ from scheduler_app.models import (
 )
 from scheduler_app.statements import Statements, journal_statements
 
-OVERFETCH = 4
+# A claim reads this many times its limit in due rows, locked: room to pass over rows of tasks
+# with no free slot or held by another claim. Each one read is locked and built, so no more.
+OVERFETCH = 2
 
 
 @dataclass(frozen=True)
