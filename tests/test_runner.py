@@ -298,6 +298,30 @@ def test_a_claim_starts_the_rows_it_is_asked_to_in_its_own_transaction(clock):
     ]
 
 
+def test_a_scheduled_occurrence_is_built_as_execution_would_build_it_and_stored_whole(clock):
+    """occurrences.scheduled builds its rows without Model.__init__: every field the task does not
+    give holds its default, params is a dict of its own, and the row stores as built."""
+    from scheduler_app import occurrences
+
+    scheduler.register(definition(params={"k": [1]}, retry={"max_attempts": 3}))
+    task = Task.objects.get()
+    built = occurrences.scheduled(task, T0, clock.now(), Status.PENDING)
+    other = occurrences.scheduled(task, T0 + timedelta(minutes=1), clock.now(), Status.PENDING)
+    default = Execution()
+    given = {"occurrence_id", "task_id", "task_revision", "trigger_type", "trigger_source", "scheduled_for"}
+    given |= {"due_at", "missed_fire_times", "params", "status", "max_attempts", "created_at", "updated_at"}
+    for field in Execution._meta.concrete_fields:
+        if field.attname not in given | {"finished_at"}:
+            assert getattr(built, field.attname) == getattr(default, field.attname), field.attname
+    assert (built.params, built.max_attempts, built._state.adding) == ({"k": [1]}, 3, True)
+    assert built.params is not task.params and built.params is not other.params
+    (stored,) = occurrences.insert([(built, "scheduled")], "node-a", clock.now())
+    fresh = Execution.objects.get(sequence=stored.sequence)
+    assert [getattr(fresh, f.attname) for f in Execution._meta.concrete_fields] == [
+        getattr(built, f.attname) for f in Execution._meta.concrete_fields
+    ]
+
+
 def test_misfire_coalesces_within_grace_and_records_older_fire_times_once(clock):
     scheduler.register(definition(misfire_grace_seconds=120))
     runner = inline_runner(clock)

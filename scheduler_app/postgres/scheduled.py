@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any
 
 from scheduler_app import journal
-from scheduler_app.models import Execution, ExecutionEvent
+from scheduler_app.models import Execution, ExecutionEvent, Task
 from scheduler_app.postgres import batch, binding
 from scheduler_app.postgres.trigger import literal
 
@@ -102,3 +102,14 @@ def insert(rows: Sequence[tuple[Execution, str]], node: str, now: datetime) -> l
             execution._state.db = connection.alias
             created.append(execution)
     return created
+
+
+def move_next_runs(tasks: Sequence[Task]) -> None:
+    """Store each task's new next_run_at, in one statement whatever the instants (the ORM path
+    takes one per distinct instant, or a CASE per row)."""
+    sql = (
+        f"UPDATE {binding.table(Task)} t SET next_run_at = u.next"
+        " FROM unnest(%s::text[], %s::timestamptz[]) AS u(id, next) WHERE t.id = u.id"
+    )
+    with binding.bound_cursor(binding.journal_connection()) as cursor:
+        cursor.execute(sql, [[task.id for task in tasks], [task.next_run_at for task in tasks]])

@@ -61,6 +61,9 @@ class PostgresStatements(Statements):
     def finish_batch(self, finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
         return batch.finish(finishes, node, now)
 
+    def move_next_runs(self, tasks: Sequence[Task]) -> None:
+        scheduled.move_next_runs(tasks)
+
     def insert_scheduled(
         self, rows: Sequence[tuple[Execution, str]], node: str, now: datetime
     ) -> list[Execution]:

@@ -24,6 +24,7 @@ from scheduler_app.models import (
     missed_occurrence_id,
     scheduled_occurrence_id,
 )
+from scheduler_app.statements import journal_statements
 
 BATCH = 200
 # A runner reads the journal's index pages that a due instant's occurrences will be written to this
@@ -31,8 +32,6 @@ BATCH = 200
 WARM_AHEAD = timedelta(seconds=3)
 WARM_TASKS = 10_000
 WARM_CHUNK = 1_000
-# Above this many distinct next_run_at values, one UPDATE with a per-row CASE instead.
-DISTINCT_UPDATES = 8
 logger = logging.getLogger("scheduler_app")
 ONE_MICROSECOND = timedelta(microseconds=1)
 
@@ -145,19 +144,6 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'s' if count != 1 else ''}"
 
 
-def _move_next_run(tasks: list[Task]) -> None:
-    """Store each task's new next_run_at: one UPDATE per distinct instant, as tasks that fired
-    together mostly fire next together; a per-row CASE only when the instants are many."""
-    by_instant: dict[datetime | None, list[str]] = {}
-    for task in tasks:
-        by_instant.setdefault(task.next_run_at, []).append(task.id)
-    if len(by_instant) > DISTINCT_UPDATES:
-        Task.objects.bulk_update(tasks, ["next_run_at"])
-        return
-    for instant, ids in by_instant.items():
-        Task.objects.filter(id__in=ids).update(next_run_at=instant)
-
-
 def warm(instant: datetime) -> None:
     """Read, before ``instant``, the index pages that the occurrences of the tasks due then will be
     written to: the journal's occurrence_id index, and the log rows' primary key (their first
@@ -251,7 +237,7 @@ def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, s
         for execution, _, reason in rows:
             if execution.status == Status.INTERRUPTED:
                 execution.error = {"reason": reason.split(":", 1)[0], "message": reason}
-        _move_next_run(tasks)
+        journal_statements().move_next_runs(tasks)
         inserted = {
             row.occurrence_id
             for row in occurrences.insert([(execution, reason) for execution, _, reason in rows], node, now)

@@ -29,6 +29,9 @@ CLOCK_SQL = {
     "sqlite": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')",
 }
 
+# Above this many distinct next_run_at values, one UPDATE with a per-row CASE instead.
+DISTINCT_UPDATES = 8
+
 
 class Statements:
     """The ORM's statements, for every database Django supports.
@@ -169,6 +172,18 @@ class Statements:
         return {f.attempt.claim.execution.sequence for f in owned}
 
     # -- scheduled occurrences ------------------------------------------------------------------
+
+    def move_next_runs(self, tasks: Sequence[Task]) -> None:
+        """Store each task's new next_run_at: one UPDATE per distinct instant, as tasks that fired
+        together mostly fire next together; a per-row CASE only when the instants are many."""
+        by_instant: dict[datetime | None, list[str]] = {}
+        for task in tasks:
+            by_instant.setdefault(task.next_run_at, []).append(task.id)
+        if len(by_instant) > DISTINCT_UPDATES:
+            Task.objects.bulk_update(tasks, ["next_run_at"])
+            return
+        for instant, ids in by_instant.items():
+            Task.objects.filter(id__in=ids).update(next_run_at=instant)
 
     def insert_scheduled(
         self, rows: Sequence[tuple[Execution, str]], node: str, now: datetime
