@@ -8,8 +8,9 @@ are counted from those lines, not from the scheduler's tables.
 Reports, per N: due-to-start latency (side-effect time - T) min/p50/p99/max,
 seconds from the first to the last execution, duplicates (occurrences with
 more than one line, tasks with other than one line), executions per runner,
-peak RSS per runner, and database work per execution: commits, and
-statements and WAL bytes from pg_stat_statements.
+peak RSS per runner, CPU per execution of the runners and of PostgreSQL (from
+/proc, from 2 s before T until every execution ended), and database work per
+execution: commits, and statements and WAL bytes from pg_stat_statements.
 
 By default the runs use a private PostgreSQL cluster started by the script
 (same binaries, durable commits, pg_stat_statements preloaded); --shared-pg
@@ -36,6 +37,7 @@ from _common import (
     Processes,
     analyze,
     bench_database,
+    cpu_seconds,
     per_execution,
     pg_reset_statements,
     pg_stat_statements_ready,
@@ -93,6 +95,8 @@ def one_size(args: argparse.Namespace, n: int) -> dict[str, Any]:
         if args.top and statements:
             pg_reset_statements()
         before = pg_work()
+        runner_pids = {runner.popen.pid for runner in runners}
+        cpu_before = cpu_seconds(runner_pids)
         done = wait_until(lambda: len(read_side_effects(folder)) >= n, args.timeout + 2, 0.2, sample)
         wait_until(
             lambda: not Execution.objects.filter(status__in=["pending", "claimed", "running"]).exists(),
@@ -100,6 +104,7 @@ def one_size(args: argparse.Namespace, n: int) -> dict[str, Any]:
             0.2,
         )
         after = pg_work()
+        cpu_after = cpu_seconds(runner_pids)
         sample()
         exit_codes = list(procs.stop_all().values())
         lines = read_side_effects(folder)
@@ -124,6 +129,11 @@ def one_size(args: argparse.Namespace, n: int) -> dict[str, Any]:
             ),
             "runner_peak_rss_mb": [round(r.peak_rss_kb / 1024, 1) for r in runners],
             "per_execution": per_execution(before, after, n),
+            # From 2 s before T until every execution ended: what the burst cost the two cores.
+            "cpu_ms_per_execution": {
+                name: round((cpu_after[key] - cpu_before[key]) * 1000 / n, 3)
+                for name, key in (("runners", "given processes"), ("postgres", "postgres"))
+            },
             "pg_stat_statements": statements,
             "runner_exit_codes": exit_codes,
             "top_statements": pg_top_statements(args.top),
@@ -156,7 +166,7 @@ def main() -> None:
                 f" due-to-start min {lat.get('min')} p50 {lat.get('p50')} p99 {lat.get('p99')} max {lat.get('max')} s;"
                 f" first-to-last {r['seconds_first_to_last_execution']} s ({r['executions_per_second']}/s);"
                 f" per runner {r['executions_per_runner']}; peak RSS {r['runner_peak_rss_mb']} MB;"
-                f" per execution {r['per_execution']}"
+                f" per execution {r['per_execution']}; CPU ms per execution {r['cpu_ms_per_execution']}"
             )
             for row in r["top_statements"]:
                 print(
