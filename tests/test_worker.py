@@ -173,6 +173,24 @@ def test_an_attempt_started_early_and_cancelled_before_its_worker_took_it_ends_w
     assert moves[-2:] == [(Status.CLAIMED, Status.RUNNING), (Status.RUNNING, Status.INTERRUPTED)]
 
 
+def test_a_claim_whose_start_fails_is_rolled_back_whole(clock, monkeypatch):
+    from django.db import DatabaseError
+
+    from scheduler_app.runner import claims
+    from scheduler_app.statements import journal_statements
+
+    def refuse(self, claimed, node, now):
+        raise DatabaseError("the start failed")
+
+    monkeypatch.setattr(type(journal_statements()), "start_batch", refuse)
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    execution = scheduler.trigger("report")
+    with pytest.raises(DatabaseError):
+        claims.claim(clock.now(), "node-a", 1, 60, start=1)
+    assert status_of(execution) == Status.PENDING
+    assert transitions(execution.occurrence_id) == [("", Status.PENDING)]
+
+
 def test_a_claim_whose_early_start_fails_takes_nothing_and_a_later_claim_runs_the_row(running, monkeypatch):
     """The start shares the claim's transaction: when it fails, the row was never claimed."""
     from django.db import DatabaseError

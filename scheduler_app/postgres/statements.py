@@ -55,8 +55,8 @@ class PostgresStatements(Statements):
     ) -> list[tuple[Execution, Task]]:
         return claims.take(chosen, now, node, lease_until)
 
-    def start_batch(self, claims: Sequence[Claim], node: str, now: datetime) -> set[int]:
-        return batch.start(claims, node, now)
+    def start_batch(self, claimed: Sequence[Claim], node: str, now: datetime) -> set[int]:
+        return batch.start(claimed, node, now)
 
     def finish_batch(self, finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
         return batch.finish(finishes, node, now)

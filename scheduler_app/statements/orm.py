@@ -111,12 +111,14 @@ class Statements:
 
     # -- the journal writer's batches ---------------------------------------------------------
 
-    def start_batch(self, claims: Sequence[Claim], node: str, now: datetime) -> set[int]:
+    def start_batch(self, claimed: Sequence[Claim], node: str, now: datetime) -> set[int]:
         """claimed -> running for every claim still owned and not asked to stop; the sequences moved."""
         with transaction.atomic():
-            current = journal.lock_rows(c.execution.sequence for c in claims)
+            current = journal.lock_rows(c.execution.sequence for c in claimed)
             starts = [
-                c for c in claims if journal.holds(current.get(c.execution.sequence), c.token, Status.CLAIMED)
+                c
+                for c in claimed
+                if journal.holds(current.get(c.execution.sequence), c.token, Status.CLAIMED)
             ]
             if starts:
                 Execution.objects.filter(sequence__in=[c.execution.sequence for c in starts]).update(
