@@ -12,10 +12,8 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from django.db.models.base import ModelState
-
 from scheduler_app import schedule
-from scheduler_app.models import Execution, Status, Task, TriggerType, scheduled_occurrence_id
+from scheduler_app.models import Execution, Status, Task, TriggerType, built, scheduled_occurrence_id
 from scheduler_app.statements import journal_statements
 
 
@@ -32,8 +30,11 @@ def scheduled(
     """An unsaved occurrence of ``task`` for its fire time ``scheduled_for``, due at that time
     plus its jitter; ``missed`` is the record of the fire times it stands for besides its own."""
     occurrence_id = occurrence_id or scheduled_occurrence_id(task.id, scheduled_for)
-    return _unsaved(
+    # Without Model.__init__ (models.built): a burst of 10,000 due tasks builds 10,000 of these.
+    return built(
+        Execution,
         {
+            **_defaults(),
             "occurrence_id": occurrence_id,
             "task_id": task.id,
             "task_revision": task.revision,
@@ -48,31 +49,20 @@ def scheduled(
             "created_at": now,
             "updated_at": now,
             "finished_at": now if status == Status.INTERRUPTED else None,
-        }
+        },
     )
 
 
 @cache
 def _defaults() -> dict[str, Any]:
-    """The attribute values of a new Execution() for every field whose default is not a callable."""
+    """The attribute values of a new Execution() for every field whose default is not a callable
+    (the one callable default, params, a new dict, is always given)."""
     new = Execution()
     return {
         f.attname: getattr(new, f.attname)
         for f in Execution._meta.concrete_fields
         if not (f.has_default() and callable(f.default))
     }
-
-
-def _unsaved(values: dict[str, Any]) -> Execution:
-    """``Execution(**values)``, built without ``Model.__init__`` (nor its init signals): a burst
-    of 10,000 due tasks builds 10,000 of these, and ``__init__`` took a quarter of the scheduling
-    step's Python (cProfile of bench/scheduling.py). Every value ``values`` leaves out is its
-    field's default; the one callable default (params, a new dict) is always given."""
-    instance = Execution.__new__(Execution)
-    instance.__dict__.update(_defaults())
-    instance.__dict__.update(values)
-    instance._state = ModelState()
-    return instance
 
 
 def insert(rows: Sequence[tuple[Execution, str]], node: str, now: datetime) -> list[Execution]:

@@ -214,7 +214,7 @@ def test_the_candidates_pass_over_tasks_whose_leased_and_unknown_rows_fill_their
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the fixed claim statements are PostgreSQL's")
 def test_the_rows_the_fixed_statements_read_are_the_models_the_orm_loads(clock):
-    """Built without Model.__init__ (postgres.claims._loaded): the same field values, loaded from the
+    """Built without Model.__init__ (models.built): the same field values, loaded from the
     database, the fields left out read on use, and saved as the ORM's are."""
     from scheduler_app.postgres import claims as fixed
 

@@ -17,7 +17,6 @@ from functools import cache
 from typing import Any, TypeVar
 
 from django.db.models import Model
-from django.db.models.base import ModelState
 
 from scheduler_app import journal
 from scheduler_app.models import (
@@ -29,6 +28,7 @@ from scheduler_app.models import (
     Status,
     Task,
     TriggerType,
+    built,
 )
 from scheduler_app.postgres import binding
 from scheduler_app.sql import status_literal
@@ -66,20 +66,8 @@ def _fetch(model: type[M], sql: str, params: list[Any], names: Sequence[str] | N
         values = list(row)
         for i, convert in converters:
             values[i] = convert(values[i], fields[i], connection)
-        out.append(_loaded(model, connection.alias, attnames, values))
+        out.append(built(model, dict(zip(attnames, values, strict=True)), db=connection.alias))
     return out
-
-
-def _loaded(model: type[M], alias: str, attnames: list[str], values: list[Any]) -> M:
-    """What ``model.from_db`` returns, built without ``Model.__init__`` (and so without the
-    pre_init and post_init signals, which nothing in this app listens to): a burst's claim builds
-    a hundred or more of these, and ``__init__`` was most of its Python (py-spy). Fields left
-    out load on use, as deferred ones do."""
-    instance = model.__new__(model)
-    instance.__dict__.update(zip(attnames, values, strict=True))
-    state = instance._state = ModelState()
-    state.adding, state.db = False, alias
-    return instance
 
 
 # What the claim decides with; rows it takes come back whole from the UPDATE. A row it ends
