@@ -10,7 +10,8 @@ Reported per pass (the median of --repeat passes is printed last):
 
 - created/s: occurrences / seconds spent inside the producer's calls;
 - executed/s: occurrences / (last side effect - first call), end to end;
-- duplicates (from the side-effect lines) and the runners' peak RSS.
+- duplicates (from the side-effect lines), executions per runner, the CPU per execution of the
+  producer, the runners and PostgreSQL (from /proc), and the runners' peak RSS.
 
 Run (from the repository root):
 
@@ -31,7 +32,7 @@ from collections import Counter
 from contextlib import ExitStack
 from typing import Any
 
-from _common import Processes, bench_database, private_postgres, wait_until, write_results
+from _common import Processes, bench_database, cpu_seconds, private_postgres, wait_until, write_results
 from noop_hook import read_side_effects
 
 TASK = "fan-out"
@@ -44,16 +45,16 @@ def one_pass(args: argparse.Namespace, bulk: bool) -> dict[str, Any]:
         db = stack.enter_context(bench_database("bench_bulk", settings="bench.settings"))
         procs = stack.enter_context(Processes())
         from scheduler_app import scheduler
-        from scheduler_app.models import Runner
+        from scheduler_app.models import Execution, Runner
 
         scheduler.register({"id": TASK, "cron": "0 0 1 1 *", "max_concurrency": CONCURRENCY})
         workers = ("--workers", str(args.workers)) if args.workers else ()
-        runners = [
-            procs.start_runner(db, f"bulk-{i}", *workers, env={"BENCH_SIDE_EFFECTS": folder})
-            for i in range(args.runners)
-        ]
+        env = {"BENCH_SIDE_EFFECTS": folder}
+        runners = [procs.start_runner(db, f"bulk-{i}", *workers, env=env) for i in range(args.runners)]
         if not wait_until(lambda: Runner.objects.count() == args.runners, 60):
             raise SystemExit("runners did not start:\n" + runners[0].log_tail())
+        runner_pids = {runner.popen.pid for runner in runners}
+        cpu_before = cpu_seconds(runner_pids)
         calls = 0.0
         first = time.time()
         for start in range(0, args.occurrences, args.batch):
@@ -69,6 +70,7 @@ def one_pass(args: argparse.Namespace, bulk: bool) -> dict[str, Any]:
             calls += time.perf_counter() - began
         ran = wait_until(lambda: len(read_side_effects(folder)) >= args.occurrences, args.timeout, 0.1)
         effects = read_side_effects(folder)
+        cpu_after = cpu_seconds(runner_pids)
         for runner in runners:
             runner.sample_rss()
         per_occurrence = Counter(occurrence for _, _, occurrence in effects)
@@ -80,6 +82,18 @@ def one_pass(args: argparse.Namespace, bulk: bool) -> dict[str, Any]:
             "duplicates": sum(n - 1 for n in per_occurrence.values() if n > 1),
             "created_per_second": round(args.occurrences / calls, 1),
             "executed_per_second": round(len(effects) / (last - first), 1) if last > first else None,
+            "executions_per_runner": sorted(
+                Counter(Execution.objects.values_list("owner", flat=True)).values(), reverse=True
+            ),
+            # From the first call until every side effect was written (the wait polls a little).
+            "cpu_ms_per_execution": {
+                name: round((cpu_after[key] - cpu_before[key]) * 1000 / args.occurrences, 3)
+                for name, key in (
+                    ("producer", "this process"),
+                    ("runners", "given processes"),
+                    ("postgres", "postgres"),
+                )
+            },
             "runner_peak_rss_mb": [round(r.peak_rss_kb / 1024, 1) for r in runners],
             "runner_exit_codes": list(procs.stop_all().values()),
         }
@@ -118,6 +132,7 @@ def main() -> None:
                 print(
                     f"{r['call']}: {r['side_effects']}/{args.occurrences} ran, {r['duplicates']} duplicates,"
                     f" {r['created_per_second']} created/s, {r['executed_per_second']} executed/s end to end,"
+                    f" per runner {r['executions_per_runner']}, CPU ms per execution {r['cpu_ms_per_execution']},"
                     f" peak RSS {r['runner_peak_rss_mb']} MB"
                 )
         for call, runs in passes.items():

@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from _common import (
+    TRACK_PLANNING,
     Processes,
     analyze,
     bench_database,
@@ -155,7 +156,7 @@ def main() -> None:
     results: dict[str, Any] = {"runners": args.runners, "workers": args.workers or "default"}
     with ExitStack() as stack:
         if not args.shared_pg:
-            stack.enter_context(private_postgres())
+            stack.enter_context(private_postgres(settings=TRACK_PLANNING if args.top else None))
         for n in (int(size) for size in args.tasks.split(",")):
             r = one_size(args, n)
             results[f"tasks_{n}"] = r
@@ -170,7 +171,8 @@ def main() -> None:
             )
             for row in r["top_statements"]:
                 print(
-                    f"  {row['total_ms']:>9} ms {row['calls']:>6} calls {row['mean_ms']:>8} ms/call  {row['query']}"
+                    f"  {row['total_ms']:>9} ms {row['plan_ms']:>8} ms planning {row['calls']:>6} calls"
+                    f" {row['mean_ms']:>8} ms/call  {row['query']}"
                 )
     write_results("w1_burst", results)
 

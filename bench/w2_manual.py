@@ -51,12 +51,15 @@ from contextlib import ExitStack
 from typing import Any
 
 from _common import (
+    TRACK_PLANNING,
     Processes,
     analyze,
     bench_database,
     cpu_seconds,
     per_execution,
+    pg_reset_statements,
     pg_stat_statements_ready,
+    pg_top_statements,
     pg_work,
     private_postgres,
     seed_history,
@@ -95,6 +98,8 @@ def one_pass(args: argparse.Namespace, concurrency: int, triggers: int) -> dict[
         for _ in range(WARMUP):
             scheduler.trigger(TASK, source="warmup", wait=30)
         statements = pg_stat_statements_ready()
+        if args.top and statements:
+            pg_reset_statements()
         before = pg_work()
         runner_pids = {runner.popen.pid for runner in runners}
         cpu_before = cpu_seconds(runner_pids)
@@ -153,6 +158,7 @@ def one_pass(args: argparse.Namespace, concurrency: int, triggers: int) -> dict[
             },
             "pg_stat_statements": statements,
             "runner_peak_rss_mb": [round(r.peak_rss_kb / 1024, 1) for r in runners],
+            "top_statements": pg_top_statements(args.top),
             "runner_exit_codes": list(procs.stop_all().values()),
         }
 
@@ -180,6 +186,7 @@ def main() -> None:
         help="psycopg's prepare_threshold in the database OPTIONS of producer and runners; 'none': Django's default",
     )
     parser.add_argument("--only", choices=["32", "1"])
+    parser.add_argument("--top", type=int, default=0, help="print the N statements that took the most time")
     parser.add_argument(
         "--repeat",
         type=int,
@@ -198,7 +205,7 @@ def main() -> None:
     }
     with ExitStack() as stack:
         if not args.shared_pg:
-            stack.enter_context(private_postgres())
+            stack.enter_context(private_postgres(settings=TRACK_PLANNING if args.top else None))
         for concurrency, triggers in ((32, args.triggers), (1, args.serial_triggers)):
             if args.only and args.only != str(concurrency):
                 continue
@@ -215,6 +222,11 @@ def main() -> None:
                     f" statuses {r['statuses']}; peak RSS {r['runner_peak_rss_mb']} MB;"
                     f" CPU ms per execution {r['cpu_ms_per_execution']}"
                 )
+                for row in r["top_statements"]:
+                    print(
+                        f"  {row['total_ms']:>9} ms {row['plan_ms']:>8} ms planning {row['calls']:>6} calls"
+                        f" {row['mean_ms']:>8} ms/call  {row['query']}"
+                    )
             rates = sorted(r["executions_per_second"] or 0.0 for r in runs)
             median = rates[len(rates) // 2]
             results[f"max_concurrency_{concurrency}"] = {
