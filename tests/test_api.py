@@ -371,7 +371,8 @@ def test_logs_filter_and_paginate_newest_first(api, clock):
         "duration_ms",
     }
     page = api.get(BASE + "logs/?trigger_source=billing&page_size=1").json()
-    assert page["count"] == 2 and [row["result"] for row in page["results"]] == [2]
+    assert (page["count"], page["count_exact"]) == (2, True)
+    assert [row["result"] for row in page["results"]] == [2]
     assert "page=2" in page["next"] and page["previous"] is None
     second = api.get(page["next"]).json()
     assert [row["result"] for row in second["results"]] == [0] and second["next"] is None
@@ -379,6 +380,21 @@ def test_logs_filter_and_paginate_newest_first(api, clock):
     body = api.get(BASE + "logs/", {"started_after": after}).json()
     assert [row["result"] for row in body["results"]] == [2]
     assert api.get(BASE + "logs/?trigger_type=scheduled").json()["count"] == 0
+
+
+def test_the_logs_count_stops_at_its_bound_and_says_so_and_the_next_page_is_linked(api, clock, monkeypatch):
+    from scheduler_app import services
+
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    runner = inline_runner(clock)
+    for _ in range(3):
+        scheduler.trigger("report")
+        runner.tick()
+        clock.advance(10)
+    monkeypatch.setattr(services, "LOG_COUNT_AHEAD", 1)
+    page = api.get(BASE + "logs/?page_size=1").json()
+    assert (page["count"], page["count_exact"], len(page["results"])) == (1, False, 1)
+    assert "page=2" in page["next"]
 
 
 def test_bad_log_filters_answer_400(api):

@@ -258,12 +258,31 @@ def test_get_logs_filters_and_paginates(clock):
     for _ in range(3):
         runner.tick()
     page = scheduler.get_logs(task_id="a", page=1, page_size=2)
-    assert (page.count, len(page.results), page.has_next) == (3, 2, True)
+    assert (page.count, page.count_exact, len(page.results), page.has_next) == (3, True, 2, True)
     assert scheduler.get_logs(task_id="a", page=2, page_size=2).results[0].task_id == "a"
     assert [log.task_id for log in scheduler.get_logs(status="failed").results] == ["b"]
     assert scheduler.get_logs(trigger_source="ops").count == 3
     assert scheduler.get_logs(started_after=T0 + timedelta(seconds=1)).count == 0
     assert scheduler.get_logs(started_before=T0 + timedelta(seconds=1), trigger_type="manual").count == 4
+
+
+def test_get_logs_counts_no_further_than_its_bound_past_the_page_and_says_so(clock, monkeypatch):
+    from scheduler_app import services
+
+    scheduler.register(definition("a", cron="0 0 1 1 *"))
+    for _ in range(6):
+        scheduler.trigger("a")
+    runner = inline_runner(clock)
+    for _ in range(6):
+        runner.tick()
+    monkeypatch.setattr(services, "LOG_COUNT_AHEAD", 3)
+    first = scheduler.get_logs(page_size=2)
+    assert (first.count, first.count_exact, len(first.results), first.has_next) == (3, False, 2, True)
+    # Counted from the third page's first row (the fifth), the bound reaches past the last.
+    third = scheduler.get_logs(page=3, page_size=2)
+    assert (third.count, third.count_exact, len(third.results), third.has_next) == (6, True, 2, False)
+    monkeypatch.setattr(services, "LOG_COUNT_AHEAD", 10)
+    assert (scheduler.get_logs(page_size=2).count, scheduler.get_logs(page_size=2).count_exact) == (6, True)
 
 
 @pytest.mark.parametrize(

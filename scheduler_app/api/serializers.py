@@ -483,6 +483,21 @@ class LogSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+@one_object
+class LogPageSerializer(serializers.Serializer):
+    """A page of log rows, newest finished_at first."""
+
+    count = serializers.IntegerField(
+        help_text="How many log rows match, when count_exact; otherwise more than this match."
+    )
+    count_exact = serializers.BooleanField(
+        help_text="False when counting stopped 10,000 rows past this page's first one."
+    )
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = LogSerializer(many=True)
+
+
 class RepairSerializer(serializers.Serializer):
     occurrence_id = serializers.UUIDField()
     logs = LogSerializer(many=True)

@@ -33,6 +33,7 @@ from scheduler_app.api.serializers import (
     ExecutionRowSerializer,
     ExecutionSerializer,
     ExecutionWindowSerializer,
+    LogPageSerializer,
     LogQuerySerializer,
     LogSerializer,
     NextRunsQuerySerializer,
@@ -467,7 +468,7 @@ class LogViewSet(SchedulerViewSet):
     serializer_class = LogSerializer
     action_permissions = {"list": ("scheduler_app.view_executionlog",)}
 
-    @document(parameters=[LogQuerySerializer], responses={200: LogSerializer(many=True), **_errors(400)})
+    @document(parameters=[LogQuerySerializer], responses={200: LogPageSerializer, **_errors(400)})
     def list(self, request: Request) -> Response:
         query = LogQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
@@ -478,6 +479,7 @@ class LogViewSet(SchedulerViewSet):
         url = request.build_absolute_uri()
         return {
             "count": page.count,
+            "count_exact": page.count_exact,
             "next": replace_query_param(url, "page", page.page + 1) if page.has_next else None,
             "previous": replace_query_param(url, "page", page.page - 1) if page.page > 1 else None,
             "results": LogSerializer(page.results, many=True).data,
