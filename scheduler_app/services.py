@@ -59,7 +59,6 @@ from scheduler_app.models import (
     Status,
     Task,
     TaskChange,
-    TriggerType,
     manual_occurrence_id,
 )
 from scheduler_app.statements import journal_statements
@@ -508,16 +507,8 @@ class Scheduler:
             due = now + timedelta(seconds=delay) if delay else max(now, run_at) if run_at else now
             if due > now:
                 reason += f", due {due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-            execution = Execution(
-                occurrence_id=occurrence_id,
-                task_id=task_id,
-                trigger_type=TriggerType.MANUAL,
-                trigger_source=source or "",
-                idempotency_key=idempotency_key,
-                payload_hash=digest,
-                due_at=due,
-                created_at=now,
-                updated_at=now,
+            execution = occurrences.manual(
+                task_id, occurrence_id, source or "", idempotency_key, digest, {}, due, now
             )
             if journal_statements().insert_manual(execution, params or {}, reason, now):
                 wakeup.notify()

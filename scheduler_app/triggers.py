@@ -19,9 +19,9 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from scheduler_app import journal
+from scheduler_app import journal, occurrences
 from scheduler_app.exceptions import Conflict, TaskNotFound
-from scheduler_app.models import Execution, Status, Task, TriggerType, manual_occurrence_id
+from scheduler_app.models import Execution, Status, Task, manual_occurrence_id
 from scheduler_app.statements import journal_statements
 
 KEY_REUSED = "This idempotency key was used with other params."
@@ -54,17 +54,15 @@ def create_many(
         twin = planned.get(occurrence_id)
         if twin is None:
             callers[occurrence_id] = trigger.params or {}
-            planned[occurrence_id] = Execution(
-                occurrence_id=occurrence_id,
-                task_id=task_id,
-                trigger_type=TriggerType.MANUAL,
-                trigger_source=source or "",
-                idempotency_key=trigger.idempotency_key,
-                payload_hash=digest,
-                params=trigger.params or {},
-                due_at=now,
-                created_at=now,
-                updated_at=now,
+            planned[occurrence_id] = occurrences.manual(
+                task_id,
+                occurrence_id,
+                source or "",
+                trigger.idempotency_key,
+                digest,
+                trigger.params or {},
+                now,
+                now,
             )
         elif twin.payload_hash != digest:
             raise Conflict(KEY_REUSED)

@@ -115,3 +115,23 @@ def test_a_trigger_on_postgresql_is_one_statement_that_writes_what_the_orm_path_
         scheduler.trigger("report", idempotency_key="k1", params={"b": 3})
     with pytest.raises(TaskNotFound):
         scheduler.trigger("missing")
+
+
+def test_a_triggered_execution_is_built_as_execution_would_build_it_and_answered_as_stored():
+    """occurrences.manual builds the trigger's row without Model.__init__: every field the trigger
+    and its task do not give holds its default, and trigger() answers the row as stored."""
+    scheduler.register(definition(params={"k": [1]}, retry={"max_attempts": 3}))
+    answered = scheduler.trigger("report", source="ops", idempotency_key="k", params={"n": 2})
+    default = Execution()
+    given = {"sequence", "occurrence_id", "task_id", "task_revision", "trigger_type", "trigger_source"}
+    given |= {"idempotency_key", "payload_hash", "params", "due_at", "max_attempts", "created_at", "updated_at"}
+    for field in Execution._meta.concrete_fields:
+        if field.attname not in given:
+            assert getattr(answered, field.attname) == getattr(default, field.attname), field.attname
+    assert (answered.params, answered.max_attempts, answered._state.adding) == ({"k": [1], "n": 2}, 3, False)
+    fresh = Execution.objects.get(sequence=answered.sequence)
+    assert [getattr(fresh, f.attname) for f in Execution._meta.concrete_fields] == [
+        getattr(answered, f.attname) for f in Execution._meta.concrete_fields
+    ]
+    (many,) = scheduler.trigger_many("report", [{"params": {"n": 3}}], source="ops")
+    assert Execution.objects.get(sequence=many.sequence).params == many.params == {"k": [1], "n": 3}
