@@ -8,7 +8,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler_app import journal
+from scheduler_app import journal, scheduler
 from scheduler_app.models import Execution, ExecutionEvent, Status, Task
 from scheduler_app.runner import claims
 from scheduler_app.runner.claims import Claim
@@ -31,6 +31,18 @@ def inline_runner(clock: FakeClock, **options: Any) -> SchedulerLoop:
     runner = SchedulerLoop(node_id=options.pop("node_id", "node-a"), clock=clock, inline=True, **options)
     runner.start()
     return runner
+
+
+def run_one_by_one(
+    clock: FakeClock, count: int, task_id: str = "report", *, seconds_apart: float = 1
+) -> None:
+    """Trigger ``task_id`` (registered, never due by its cron) ``count`` times, each run to its end
+    by an inline runner before the next, ``seconds_apart`` on the clock: ``count`` log rows."""
+    runner = inline_runner(clock)
+    for _ in range(count):
+        scheduler.trigger(task_id)
+        runner.tick()
+        clock.advance(seconds_apart)
 
 
 def expire_lease(

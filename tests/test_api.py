@@ -22,7 +22,7 @@ from scheduler_app.definitions import MAX_JSON_DEPTH
 from scheduler_app.exceptions import InvalidDefinition, StorageError
 from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Task
 from scheduler_app.services import Executions, Scheduler
-from tests.factories import definition, expire_lease, inline_runner
+from tests.factories import definition, expire_lease, inline_runner, run_one_by_one
 
 pytestmark = pytest.mark.django_db
 
@@ -386,11 +386,7 @@ def test_the_logs_count_stops_at_its_bound_and_says_so_and_the_next_page_is_link
     from scheduler_app import services
 
     scheduler.register(definition(cron="0 0 1 1 *"))
-    runner = inline_runner(clock)
-    for _ in range(3):
-        scheduler.trigger("report")
-        runner.tick()
-        clock.advance(10)
+    run_one_by_one(clock, 3, seconds_apart=10)
     monkeypatch.setattr(services, "LOG_COUNT_AHEAD", 1)
     page = api.get(BASE + "logs/?page_size=1").json()
     assert (page["count"], page["count_exact"], len(page["results"])) == (1, False, 1)

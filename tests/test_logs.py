@@ -23,7 +23,14 @@ from scheduler_app.models import (
     log_id,
 )
 from scheduler_app.runner import claims
-from tests.factories import T0, definition, expire_lease, inline_runner, unknown_as_a_crash_leaves_it
+from tests.factories import (
+    T0,
+    definition,
+    expire_lease,
+    inline_runner,
+    run_one_by_one,
+    unknown_as_a_crash_leaves_it,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -269,12 +276,8 @@ def test_get_logs_filters_and_paginates(clock):
 def test_get_logs_counts_no_further_than_its_bound_past_the_page_and_says_so(clock, monkeypatch):
     from scheduler_app import services
 
-    scheduler.register(definition("a", cron="0 0 1 1 *"))
-    for _ in range(6):
-        scheduler.trigger("a")
-    runner = inline_runner(clock)
-    for _ in range(6):
-        runner.tick()
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    run_one_by_one(clock, 6)
     monkeypatch.setattr(services, "LOG_COUNT_AHEAD", 3)
     first = scheduler.get_logs(page_size=2)
     assert (first.count, first.count_exact, len(first.results), first.has_next) == (3, False, 2, True)

@@ -29,6 +29,7 @@ from scheduler_app.models import (
 )
 from scheduler_app.services import (
     DEFAULT_NEXT_RUNS,
+    LOG_COUNT_AHEAD,
     MAX_DELAY_SECONDS,
     MAX_NEXT_RUNS,
     MAX_PAGE_SIZE,
@@ -491,7 +492,7 @@ class LogPageSerializer(serializers.Serializer):
         help_text="How many log rows match, when count_exact; otherwise more than this match."
     )
     count_exact = serializers.BooleanField(
-        help_text="False when counting stopped 10,000 rows past this page's first one."
+        help_text=f"False when counting stopped {LOG_COUNT_AHEAD:,} rows past this page's first one."
     )
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
