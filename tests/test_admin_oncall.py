@@ -396,8 +396,10 @@ def test_the_log_list_of_one_occurrence_shows_each_of_its_attempts(admin_client)
 
 def test_the_journal_list_never_counts_every_row(admin_client, monkeypatch):
     from scheduler_app.admin.common import BoundedCountPaginator
+    from scheduler_app.admin.executions import ExecutionAdmin
 
-    monkeypatch.setattr(BoundedCountPaginator, "limit", 3)
+    monkeypatch.setattr(BoundedCountPaginator, "ahead", 3)
+    monkeypatch.setattr(ExecutionAdmin, "list_per_page", 2)
     for _ in range(5):
         make_execution("report", "success")
     url = reverse("admin:scheduler_app_execution_changelist")
@@ -420,8 +422,10 @@ def test_the_journal_list_never_counts_every_row(admin_client, monkeypatch):
 
 def test_a_filtered_task_list_counts_at_most_its_limit_and_the_whole_list_exactly(admin_client, monkeypatch):
     from scheduler_app.admin.common import TaskCountPaginator
+    from scheduler_app.admin.tasks import TaskAdmin
 
-    monkeypatch.setattr(TaskCountPaginator, "limit", 3)
+    monkeypatch.setattr(TaskCountPaginator, "ahead", 3)
+    monkeypatch.setattr(TaskAdmin, "list_per_page", 2)
     for index in range(5):
         scheduler.register(definition(f"t{index}"))
         make_execution(f"t{index}", "failed")
@@ -438,6 +442,40 @@ def test_a_filtered_task_list_counts_at_most_its_limit_and_the_whole_list_exactl
     assert '<span class="scheduler-count">5</span>' in admin_client.get(TASKS).content.decode()
     few = admin_client.get(TASKS, {"health": "failing", "q": "t1"}).content.decode()
     assert '<span class="scheduler-count">1</span>' in few
+
+
+def test_a_bounded_count_is_counted_from_the_page_shown_so_every_page_can_be_reached(
+    admin_client, monkeypatch
+):
+    from scheduler_app.admin.common import BoundedCountPaginator, TaskCountPaginator
+    from scheduler_app.admin.executions import ExecutionAdmin
+    from scheduler_app.admin.tasks import TaskAdmin
+
+    for paginator in (TaskCountPaginator, BoundedCountPaginator):
+        monkeypatch.setattr(paginator, "ahead", 2)
+    for model_admin in (TaskAdmin, ExecutionAdmin):
+        monkeypatch.setattr(model_admin, "list_per_page", 2)
+    for index in range(7):
+        scheduler.register(definition(f"t{index}"))
+        make_execution(f"t{index}", "failed")
+    filtered = {
+        TASKS: {"health": "failing"},
+        reverse("admin:scheduler_app_execution_changelist"): {"status": "failed"},
+    }
+    for url, query in filtered.items():
+        rows, counts = [], []
+        for page in (1, 2, 3, 4):
+            response = admin_client.get(url, {**query, "p": page})
+            assert response.status_code == 200
+            rows.append([str(row.pk) for row in response.context["cl"].result_list])
+            counts.append(response.content.decode().split('class="scheduler-count">', 1)[1].split("<", 1)[0])
+        # Two ahead, but never fewer than a page and one: a count that stops at a page's rows
+        # would make Django show the whole list as one page.
+        assert counts == ["more than 3", "more than 5", "7", "7"]
+        assert [len(page_rows) for page_rows in rows] == [2, 2, 2, 1]
+        assert len({pk for page_rows in rows for pk in page_rows}) == 7
+        # Past the last page: Django's answer to a page that does not exist.
+        assert admin_client.get(url, {**query, "p": 5}).status_code == 302
 
 
 @pytest.mark.parametrize(
@@ -591,3 +629,11 @@ def test_the_lists_are_read_without_jit_compilation(admin_client):
     with connection.cursor() as cursor:
         cursor.execute("SHOW jit")
         assert cursor.fetchone()[0] == "on"  # the connection's own setting is left as it was
+
+
+def test_the_lists_draw_the_same_action_checkbox_as_django():
+    from django.contrib import admin
+
+    task = Task(id='a"<&b', name="x")
+    for model_admin in admin.site._registry.values():
+        assert model_admin.action_checkbox(task) == admin.ModelAdmin.action_checkbox(model_admin, task)

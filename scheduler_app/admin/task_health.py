@@ -4,6 +4,7 @@ when, and its recent runs as a small bar drawn on the server."""
 from __future__ import annotations
 
 from collections import defaultdict
+from html import escape as escape_text
 from itertools import chain
 from typing import Any
 
@@ -13,7 +14,7 @@ from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, Subquery, V
 from django.db.models.functions import Coalesce, Greatest
 from django.http import HttpRequest
 from django.utils import timezone
-from django.utils.html import escape, format_html
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from scheduler_app import lateness
@@ -33,12 +34,14 @@ HEALTH_COLOURS = {
     "running": "#1565c0",
     "ok": "#2e7d32",
 }
+# The mark of a run whose status has no colour of its own.
+OTHER_COLOUR = "#9e9e9e"
 RUN_COLOURS = {
     Status.SUCCESS: "#2e7d32",
     Status.FAILED: "#c62828",
     Status.INTERRUPTED: "#ef8f00",
     Status.UNKNOWN: "#6a1b9a",
-    Status.DISCARDED: "#9e9e9e",
+    Status.DISCARDED: OTHER_COLOUR,
 }
 RECENT_RUNS = 30
 RUN_WIDTH = 6
@@ -172,16 +175,13 @@ def runs_bar(runs: list[tuple[str, int, Any, int | None]]) -> SafeString | str:
     """The runs as a row of coloured marks, oldest left, each titled with its outcome and time."""
     if not runs:
         return "-"
-    # One string for the marks, each value escaped: format_html per mark costs more than the
-    # rest of the task list (100 tasks x 30 runs).
+    # One plain string for the marks, each value from the row escaped: Django's format_html and
+    # escape per mark cost more than the rest of the task list (100 tasks x 30 runs).
+    step = RUN_WIDTH + RUN_GAP
     marks = "".join(
-        f'<rect x="{index * (RUN_WIDTH + RUN_GAP)}" y="0" width="{RUN_WIDTH}" height="{RUN_HEIGHT}"'
-        f' fill="{escape(RUN_COLOURS.get(status, "#9e9e9e"))}"><title>'
-        + escape(
-            f"{status}, attempt {attempt}, ended {finished_at:%Y-%m-%d %H:%M:%S} UTC"
-            + (f" after {seconds_text(duration_ms / 1000)}" if duration_ms is not None else "")
-        )
-        + "</title></rect>"
+        f'<rect x="{index * step}" y="0" width="{RUN_WIDTH}" height="{RUN_HEIGHT}"'
+        f' fill="{RUN_COLOURS.get(status, OTHER_COLOUR)}">'
+        f"<title>{_run_title(status, attempt, finished_at, duration_ms)}</title></rect>"
         for index, (status, attempt, finished_at, duration_ms) in enumerate(reversed(runs))
     )
     width = RECENT_RUNS * (RUN_WIDTH + RUN_GAP)
@@ -196,3 +196,11 @@ def runs_bar(runs: list[tuple[str, int, Any, int | None]]) -> SafeString | str:
         RUN_HEIGHT,
         mark_safe(marks),  # every value in it is escaped above
     )
+
+
+def _run_title(status: str, attempt: int, finished_at: Any, duration_ms: int | None) -> str:
+    # isoformat: half the time of strftime, 3,000 times a page.
+    text = f"{status}, attempt {attempt}, ended {finished_at.isoformat(' ', 'seconds')[:19]} UTC"
+    if duration_ms is not None:
+        text += f" after {seconds_text(duration_ms / 1000)}"
+    return escape_text(text)
