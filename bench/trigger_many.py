@@ -16,6 +16,10 @@ Reported per pass (the median of --repeat passes is printed last):
 Run (from the repository root):
 
     .venv/bin/python bench/trigger_many.py [--occurrences 10000] [--batch 1000] [--repeat 3]
+        [--calls trigger_many,trigger] [--top N]
+
+--calls runs only the passes named; --top N prints the N statements that took the most time in
+each pass, with their planning time (pg_stat_statements of the private cluster).
 
 By default the runs use a private PostgreSQL cluster started by the script (same binaries,
 durable commits); --shared-pg uses the server at PGHOST/PGPORT instead.
@@ -32,7 +36,18 @@ from collections import Counter
 from contextlib import ExitStack
 from typing import Any
 
-from _common import Processes, bench_database, cpu_seconds, private_postgres, wait_until, write_results
+from _common import (
+    TRACK_PLANNING,
+    Processes,
+    bench_database,
+    cpu_seconds,
+    pg_reset_statements,
+    pg_stat_statements_ready,
+    pg_top_statements,
+    private_postgres,
+    wait_until,
+    write_results,
+)
 from noop_hook import read_side_effects
 
 TASK = "fan-out"
@@ -53,6 +68,8 @@ def one_pass(args: argparse.Namespace, bulk: bool) -> dict[str, Any]:
         runners = [procs.start_runner(db, f"bulk-{i}", *workers, env=env) for i in range(args.runners)]
         if not wait_until(lambda: Runner.objects.count() == args.runners, 60):
             raise SystemExit("runners did not start:\n" + runners[0].log_tail())
+        if args.top and pg_stat_statements_ready():
+            pg_reset_statements()
         runner_pids = {runner.popen.pid for runner in runners}
         cpu_before = cpu_seconds(runner_pids)
         calls = 0.0
@@ -95,6 +112,7 @@ def one_pass(args: argparse.Namespace, bulk: bool) -> dict[str, Any]:
                 )
             },
             "runner_peak_rss_mb": [round(r.peak_rss_kb / 1024, 1) for r in runners],
+            "top_statements": pg_top_statements(args.top),
             "runner_exit_codes": list(procs.stop_all().values()),
         }
 
@@ -114,6 +132,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--shared-pg", action="store_true")
+    parser.add_argument(
+        "--calls", default="trigger_many,trigger", help="the passes to run: trigger_many, trigger or both"
+    )
+    parser.add_argument("--top", type=int, default=0, help="print the N statements that took the most time")
     args = parser.parse_args()
     results: dict[str, Any] = {
         "occurrences": args.occurrences,
@@ -123,10 +145,10 @@ def main() -> None:
     }
     with ExitStack() as stack:
         if not args.shared_pg:
-            stack.enter_context(private_postgres())
+            stack.enter_context(private_postgres(settings=TRACK_PLANNING if args.top else None))
         passes: dict[str, list[dict[str, Any]]] = {"trigger_many": [], "trigger": []}
         for _ in range(args.repeat):
-            for bulk in (True, False):
+            for bulk in (call == "trigger_many" for call in args.calls.split(",")):
                 r = one_pass(args, bulk)
                 passes[r["call"]].append(r)
                 print(
@@ -135,23 +157,39 @@ def main() -> None:
                     f" per runner {r['executions_per_runner']}, CPU ms per execution {r['cpu_ms_per_execution']},"
                     f" peak RSS {r['runner_peak_rss_mb']} MB"
                 )
+                for row in r["top_statements"]:
+                    print(
+                        f"  {row['total_ms']:>9} ms {row['plan_ms']:>8} ms planning {row['calls']:>6} calls"
+                        f" {row['mean_ms']:>8} ms/call  {row['query']}"
+                    )
         for call, runs in passes.items():
+            if not runs:
+                continue
             results[call] = {
                 "median_created_per_second": median([r["created_per_second"] for r in runs]),
                 "median_executed_per_second": median([r["executed_per_second"] or 0.0 for r in runs]),
                 "duplicates": sum(r["duplicates"] for r in runs),
                 "runs": runs,
             }
-        bulk, single = results["trigger_many"], results["trigger"]
+        figures = [
+            f"{call}{' (batches of ' + str(args.batch) + ')' if call == 'trigger_many' else ''}"
+            f" {results[call]['median_created_per_second']} created/s,"
+            f" {results[call]['median_executed_per_second']} executed/s"
+            for call in passes
+            if call in results
+        ]
+        if "trigger_many" in results and "trigger" in results:
+            ratio = (
+                results["trigger_many"]["median_created_per_second"]
+                / results["trigger"]["median_created_per_second"]
+            )
+            figures.append(f"created ratio {ratio:.1f}x")
+        duplicates = sum(results[call]["duplicates"] for call in passes if call in results)
         print(
             f"medians of {args.repeat} passes, {args.runners} runners,"
-            f" {f'--workers {args.workers}' if args.workers else 'every setting at its default'}:"
-            f" trigger_many (batches of {args.batch}) {bulk['median_created_per_second']} created/s,"
-            f" {bulk['median_executed_per_second']} executed/s;"
-            f" trigger {single['median_created_per_second']} created/s,"
-            f" {single['median_executed_per_second']} executed/s;"
-            f" created ratio {bulk['median_created_per_second'] / single['median_created_per_second']:.1f}x;"
-            f" duplicates {bulk['duplicates'] + single['duplicates']}"
+            f" {f'--workers {args.workers}' if args.workers else 'every setting at its default'}: "
+            + "; ".join(figures)
+            + f"; duplicates {duplicates}"
         )
     write_results("trigger_many", results)
 
