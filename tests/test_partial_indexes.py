@@ -323,3 +323,28 @@ def test_the_claim_takes_its_rows_by_their_key_whatever_the_statistics_say(clock
     assert read == 2, on_journal
     indexes = {n["Index Name"] for n in nodes(plan[0]["Plan"]) if "Index Name" in n}
     assert indexes <= {"scheduler_app_execution_pkey", "scheduler_app_task_pkey"}, indexes
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the statement is PostgreSQL's")
+def test_moving_the_next_runs_of_a_batch_reads_only_its_tasks(clock):
+    """Scheduling moves next_run_at of the tasks it planned by their key: PostgreSQL once read the
+    whole task table for each batch of 200 (a hash join with the new instants)."""
+    from scheduler_app.models import Task
+    from scheduler_app.postgres.scheduled import move_next_runs_sql
+
+    now = clock.now()
+    Task.objects.bulk_create(
+        Task(id=f"many-{n:05d}", name=f"many {n}", cron="0 0 1 1 *", next_run_at=now) for n in range(10000)
+    )
+    ids = [f"many-{n:05d}" for n in range(0, 10000, 50)]  # a batch of scheduling.BATCH
+    later = now + timedelta(days=1)
+    plan = prepared_plan(
+        move_next_runs_sql(), "text[], timestamptz[], text[]", [ids, [later] * len(ids), ids], generic=False
+    )
+    on_tasks = [
+        n for n in plan if n.get("Relation Name") == "scheduler_app_task" and n["Node Type"] != "ModifyTable"
+    ]
+    assert "Seq Scan" not in {n["Node Type"] for n in on_tasks}, on_tasks
+    assert sum(
+        n["Actual Rows"] * n["Actual Loops"] + n.get("Rows Removed by Filter", 0) for n in on_tasks
+    ) == len(ids)

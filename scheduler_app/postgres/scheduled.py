@@ -107,9 +107,16 @@ def insert(rows: Sequence[tuple[Execution, str]], node: str, now: datetime) -> l
 def move_next_runs(tasks: Sequence[Task]) -> None:
     """Store each task's new next_run_at, in one statement whatever the instants (the ORM path
     takes one per distinct instant, or a CASE per row)."""
-    sql = (
-        f"UPDATE {binding.table(Task)} t SET next_run_at = u.next"
-        " FROM unnest(%s::text[], %s::timestamptz[]) AS u(id, next) WHERE t.id = u.id"
-    )
+    ids = [task.id for task in tasks]
     with binding.bound_cursor(binding.journal_connection()) as cursor:
-        cursor.execute(sql, [[task.id for task in tasks], [task.next_run_at for task in tasks]])
+        cursor.execute(move_next_runs_sql(), [ids, [task.next_run_at for task in tasks], ids])
+
+
+def move_next_runs_sql() -> str:
+    return (
+        f"UPDATE {binding.table(Task)} t SET next_run_at = u.next"
+        " FROM unnest(%s::text[], %s::timestamptz[]) AS u(id, next)"
+        # The ids again, as an array the task's key is looked up with: joined with the unnested
+        # rows alone, PostgreSQL read the whole task table at each batch of 200 (a hash join).
+        " WHERE t.id = ANY(%s::text[]) AND t.id = u.id"
+    )
