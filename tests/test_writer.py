@@ -266,3 +266,28 @@ def test_no_result_is_registered_once_a_stop_was_requested(clock, write, path):
     assert rows[2].error == {"reason": "skipped", "message": "no"}
     logged = dict(ExecutionLog.objects.values_list("occurrence_id", "status"))
     assert [logged[row.occurrence_id] for row in rows] == ["interrupted"] * 3 + ["unknown", "success"]
+
+
+def test_an_answer_reaches_its_waiter_or_its_callback_and_a_failing_callback_is_only_logged(caplog):
+    waited = writer._Answer()
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(waited.result()))
+    waiter.start()
+    waited.set_result(("started", 1))
+    waiter.join(10)
+    assert got == [("started", 1)] and waited.done
+
+    failed = writer._Answer()
+    failed.set_exception(OperationalError("gone"))
+    with pytest.raises(OperationalError):
+        failed.result()
+
+    handed: list[Any] = []
+    writer._Answer(lambda answer: handed.append(answer.result())).set_result("recorded")
+    assert handed == ["recorded"]
+
+    def broken(answer: Any) -> None:
+        raise RuntimeError("a bug after the commit")
+
+    writer._Answer(broken).set_result("recorded")  # the writer thread goes on
+    assert "handing on a journal write's answer failed" in caplog.text

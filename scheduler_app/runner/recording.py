@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from django.db import DEFAULT_DB_ALIAS, DataError, transaction
 from django.db import Error as DatabaseLibraryError
@@ -42,6 +41,15 @@ class Outcome:
     retryable: bool = True
 
 
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Answer(Protocol[T_co]):
+    """What a write came to: its value, or the exception it raised."""
+
+    def result(self) -> T_co: ...
+
+
 class JournalPort(Protocol):
     """Where an attempt records its start and its outcome, fenced by its token."""
 
@@ -63,7 +71,7 @@ class HandsOff(Protocol):
         attempt: Attempt,
         outcome: Outcome,
         from_status: str,
-        then: Callable[[Future[tuple[Finish, bool, bool]]], None],
+        then: Callable[[Answer[tuple[Finish, bool, bool]]], None],
     ) -> None:
         """Record an outcome without waiting for it: ``then`` gets the answer of ``finish``, once known."""
         ...

@@ -17,7 +17,6 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,7 +27,7 @@ from scheduler_app import db
 from scheduler_app.models import Status
 from scheduler_app.runner.attempt import Attempt
 from scheduler_app.runner.clock import Clock
-from scheduler_app.runner.recording import Finish, Outcome, plan_finish, record_finish, record_start
+from scheduler_app.runner.recording import Answer, Finish, Outcome, plan_finish, record_finish, record_start
 from scheduler_app.statements import Statements, journal_statements
 
 logger = logging.getLogger("scheduler_app")
@@ -36,12 +35,57 @@ logger = logging.getLogger("scheduler_app")
 MAX_BATCH = 64
 
 
+class _Answer:
+    """The answer to one request, given once by the writer thread: waited for on a lock, or handed
+    to a callback on the writer's thread. concurrent.futures' Future does both with a condition
+    and its reentrant lock per request, which cost a tenth of a busy runner's Python."""
+
+    __slots__ = ("_error", "_given", "_then", "_value", "done")
+
+    def __init__(self, then: Callable[[Answer[Any]], None] | None = None) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._then = then
+        # Held until the answer is given: the waiter's acquire returns then.
+        self._given: threading.Lock | None = None
+        if then is None:
+            self._given = threading.Lock()
+            self._given.acquire()
+        self.done = False
+
+    def set_result(self, value: Any) -> None:
+        self._value = value
+        self._give()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._give()
+
+    def result(self) -> Any:
+        if self._given is not None and not self.done:
+            with self._given:
+                pass
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def _give(self) -> None:
+        self.done = True
+        if self._given is not None:
+            self._given.release()
+        elif self._then is not None:
+            try:
+                self._then(self)
+            except Exception:  # as a Future's callback: logged, never the writer's failure
+                logger.exception("handing on a journal write's answer failed")
+
+
 @dataclass
 class _Request:
     attempt: Attempt
     outcome: Outcome | None = None  # None: a start
     from_status: str = Status.CLAIMED
-    answer: Future[Any] = field(default_factory=Future)
+    answer: _Answer = field(default_factory=_Answer)
 
 
 class JournalWriter:
@@ -72,13 +116,11 @@ class JournalWriter:
         attempt: Attempt,
         outcome: Outcome,
         from_status: str,
-        then: Callable[[Future[tuple[Finish, bool, bool]]], None],
+        then: Callable[[Answer[tuple[Finish, bool, bool]]], None],
     ) -> None:
         """Queue an outcome and return at once; ``then`` runs on this thread once it is committed
         (or failed), so it must only hand the answer on."""
-        request = _Request(attempt, outcome, from_status)
-        request.answer.add_done_callback(then)
-        self._queue.put(request)
+        self._queue.put(_Request(attempt, outcome, from_status, _Answer(then)))
 
     def stop(self, timeout: float) -> None:
         self._queue.put(None)
@@ -135,11 +177,11 @@ class JournalWriter:
                         for request, answer in zip(group, answers, strict=True):
                             request.answer.set_result(answer)
             for request in batch:
-                if not request.answer.done():
+                if not request.answer.done:
                     self._write_one(request)
         except BaseException as exc:  # never leave a worker waiting
             for request in batch:
-                if not request.answer.done():
+                if not request.answer.done:
                     request.answer.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
