@@ -469,13 +469,17 @@ def test_a_bounded_count_is_counted_from_the_page_shown_so_every_page_can_be_rea
             assert response.status_code == 200
             rows.append([str(row.pk) for row in response.context["cl"].result_list])
             counts.append(response.content.decode().split('class="scheduler-count">', 1)[1].split("<", 1)[0])
-        # Two ahead, but never fewer than a page and one: a count that stops at a page's rows
-        # would make Django show the whole list as one page.
-        assert counts == ["more than 3", "more than 5", "7", "7"]
+        assert counts == ["more than 2", "more than 4", "more than 6", "7"]
         assert [len(page_rows) for page_rows in rows] == [2, 2, 2, 1]
         assert len({pk for page_rows in rows for pk in page_rows}) == 7
-        # Past the last page: Django's answer to a page that does not exist.
+        # Past the last page, or deeper than a list's pages reach: Django's answer to a page that
+        # does not exist, before anything is counted.
         assert admin_client.get(url, {**query, "p": 5}).status_code == 302
+        assert admin_client.get(url, {**query, "p": 10**17}).status_code == 302
+        # No "Show all": a bounded count is no bound on all the rows.
+        everything = admin_client.get(url, {**query, "all": ""})
+        assert len(everything.context["cl"].result_list) == 2
+        assert not everything.context["cl"].can_show_all
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from django.contrib import admin
 from django.contrib.admin import helpers
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import get_fields_from_path, quote, unquote
 from django.contrib.admin.views.main import PAGE_VAR
 from django.core.exceptions import BadRequest, PermissionDenied
@@ -35,6 +36,9 @@ COUNT_AHEAD = 10_000
 # health and last outcome are worked out per task from its history, so each match counted costs
 # a read of a task's history, and counting every match reads every task's.
 TASK_COUNT_AHEAD = 200
+# The deepest row a list's pages reach: a page further down answers as a page that does not
+# exist (Django's redirect). A page reads the rows before it (OFFSET), and its count as many.
+DEEPEST_ROW = 1_000_000
 
 
 class SchedulerAdmin(admin.ModelAdmin):
@@ -48,6 +52,9 @@ class SchedulerAdmin(admin.ModelAdmin):
 
     # Query-string filters other scheduler pages link to, beyond those the list offers.
     linked_lookups: tuple[str, ...] = ()
+    # No "Show all": a list of the journal can hold millions of rows, each task of the task list
+    # costs a read of its history, and a bounded count is no bound on all of them.
+    list_max_show_all = 0
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
         return lookup in self.offered_lookups(request)
@@ -104,6 +111,8 @@ class SchedulerAdmin(admin.ModelAdmin):
             except ValueError:
                 page = 1
             paginator.first_row = max(0, page - 1) * per_page
+            if paginator.first_row > DEEPEST_ROW:
+                raise IncorrectLookupParameters("the page is deeper than a list's pages reach")
         return paginator
 
     def action_checkbox(self, obj: Any) -> SafeString:
@@ -128,8 +137,8 @@ class BoundedCountPaginator(Paginator):
     list for each page. An unfiltered list takes the database's estimate of the table's rows
     (PostgreSQL's statistics); a filtered one counts at most ``ahead`` rows past the first of the
     page shown (``first_row``, set by ``SchedulerAdmin.get_paginator``), and says "more than"
-    beyond: each page of matches can be reached, and none costs more than its distance from the
-    first."""
+    beyond: each page of matches down to DEEPEST_ROW can be reached, and none costs more than its
+    distance from the first."""
 
     ahead = COUNT_AHEAD
     first_row = 0
@@ -138,9 +147,8 @@ class BoundedCountPaginator(Paginator):
 
     @property
     def limit(self) -> int:
-        """The most rows this page's count says exactly: past this page's rows, or Django would
-        take a count that stopped at them for the whole list and show it all."""
-        return self.first_row + max(self.ahead, self.per_page + 1)
+        """The most rows this page's count says exactly."""
+        return self.first_row + self.ahead
 
     @cached_property
     def count(self) -> int:
@@ -153,8 +161,10 @@ class BoundedCountPaginator(Paginator):
             # Only the key, in no order: the count needs neither the columns nor the annotations
             # the list shows (a task's health is worked out from its history).
             found = rows.order_by().values("pk")[: self.limit + 1].count()
+            # Capped, the count is what is known: more than the limit. Django must not take the
+            # limit for the whole list (a last page, or a list that fits on one).
             self.capped = found > self.limit
-            return min(found, self.limit)
+            return found
         return super().count
 
 

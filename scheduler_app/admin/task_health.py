@@ -4,6 +4,7 @@ when, and its recent runs as a small bar drawn on the server."""
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import UTC
 from html import escape as escape_text
 from itertools import chain
 from typing import Any
@@ -200,7 +201,9 @@ def runs_bar(runs: list[tuple[str, int, Any, int | None]]) -> SafeString | str:
 
 def _run_title(status: str, attempt: int, finished_at: Any, duration_ms: int | None) -> str:
     # isoformat: half the time of strftime, 3,000 times a page.
-    text = f"{status}, attempt {attempt}, ended {finished_at.isoformat(' ', 'seconds')[:19]} UTC"
+    text = (
+        f"{status}, attempt {attempt}, ended {finished_at.astimezone(UTC).isoformat(' ', 'seconds')[:19]} UTC"
+    )
     if duration_ms is not None:
         text += f" after {seconds_text(duration_ms / 1000)}"
     return escape_text(text)

@@ -62,6 +62,7 @@ class _Answer:
         self._give()
 
     def result(self) -> Any:
+        assert self.done or self._given is not None, "a callback's answer is read once given"
         if self._given is not None and not self.done:
             with self._given:
                 pass
