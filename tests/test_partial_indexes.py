@@ -152,10 +152,13 @@ def copy_tasks(count: int, *, paused_every: int) -> None:
         )
 
 
-def prepared_plan(sql: str, types: str, params: list, *, generic: bool = True) -> list[dict]:
-    """Every node of the plan of a prepared statement, after ANALYZE: the generic plan PostgreSQL
-    keeps for later calls, or (``generic=False``) the plan made for ``params``, run (EXPLAIN ANALYZE),
-    as the runner's sessions plan each call."""
+def prepared_plan(
+    sql: str, types: str, params: list, *, generic: bool = True, analyze: bool = True
+) -> list[dict]:
+    """Every node of the plan of a prepared statement, after ANALYZE (``analyze=False``: under the
+    statistics as they are): the generic plan PostgreSQL keeps for later calls, or
+    (``generic=False``) the plan made for ``params``, run (EXPLAIN ANALYZE), as the runner's
+    sessions plan each call."""
     import json
 
     numbered = sql
@@ -165,7 +168,8 @@ def prepared_plan(sql: str, types: str, params: list, *, generic: bool = True) -
         ("force_generic_plan", "FORMAT JSON") if generic else ("force_custom_plan", "ANALYZE, FORMAT JSON")
     )
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+        if analyze:
+            cursor.execute("ANALYZE")
         cursor.execute(f"SET plan_cache_mode = {mode}")
         try:
             cursor.execute(f"PREPARE planned({types}) AS {numbered}")
@@ -180,6 +184,15 @@ def prepared_plan(sql: str, types: str, params: list, *, generic: bool = True) -
         return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
 
     return nodes(plan[0]["Plan"])
+
+
+def scans_of(plan: list[dict], table: str) -> tuple[list[dict], int]:
+    """The nodes of ``plan`` that read ``table`` (not the one that writes it), and how many of its
+    rows they read, kept or filtered out."""
+    scans = [n for n in plan if n.get("Relation Name") == table and n["Node Type"] != "ModifyTable"]
+    return scans, sum(
+        n["Actual Rows"] * n["Actual Loops"] + n.get("Rows Removed by Filter", 0) for n in scans
+    )
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="partial indexes are PostgreSQL's")
@@ -272,8 +285,6 @@ def test_the_claim_takes_its_rows_by_their_key_whatever_the_statistics_say(clock
     which made the partial index of pending rows match: with statistics taken while the queue was
     empty, PostgreSQL read that index whole, every pending row of a burst at each claim (2 ms a claim
     of 20 rows behind 10,000 triggers of one task, bench/trigger_many.py)."""
-    import json
-
     from scheduler_app.postgres.claims import _take_sql
 
     now = clock.now()
@@ -294,34 +305,12 @@ def test_the_claim_takes_its_rows_by_their_key_whatever_the_statistics_say(clock
     taken = list(Execution.objects.filter(status=Status.PENDING).order_by("sequence")[:2])
     params = ["claimed", "node", "token", now, now, [row.sequence for row in taken], now]
     params += ["pending", "claimed", "claimed", "node"]
-    numbered = _take_sql()
-    for number in range(1, len(params) + 1):
-        numbered = numbered.replace("%s", f"${number}", 1)
     types = "text, text, text, timestamptz, timestamptz, bigint[], timestamptz, text, text, text, text"
-    with connection.cursor() as cursor:
-        cursor.execute("SET plan_cache_mode = force_custom_plan")  # as the runner's loop plans
-        try:
-            cursor.execute(f"PREPARE taking({types}) AS {numbered}")
-            cursor.execute(
-                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE taking({', '.join(['%s'] * len(params))})", params
-            )
-            plan = cursor.fetchone()[0]
-        finally:
-            cursor.execute("DEALLOCATE ALL")
-            cursor.execute("RESET plan_cache_mode")
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-
-    def nodes(node):
-        return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
-
-    on_journal = [
-        n
-        for n in nodes(plan[0]["Plan"])
-        if n.get("Relation Name") == "scheduler_app_execution" and n["Node Type"] != "ModifyTable"
-    ]
-    read = sum(n["Actual Rows"] * n["Actual Loops"] + n.get("Rows Removed by Filter", 0) for n in on_journal)
-    assert read == 2, on_journal
-    indexes = {n["Index Name"] for n in nodes(plan[0]["Plan"]) if "Index Name" in n}
+    # Planned at the call, as the runner's loop plans, under the empty journal's statistics.
+    plan = prepared_plan(_take_sql(), types, params, generic=False, analyze=False)
+    scans, read = scans_of(plan, "scheduler_app_execution")
+    assert read == 2, scans
+    indexes = {n["Index Name"] for n in plan if "Index Name" in n}
     assert indexes <= {"scheduler_app_execution_pkey", "scheduler_app_task_pkey"}, indexes
 
 
@@ -341,10 +330,6 @@ def test_moving_the_next_runs_of_a_batch_reads_only_its_tasks(clock):
     plan = prepared_plan(
         move_next_runs_sql(), "text[], timestamptz[], text[]", [ids, [later] * len(ids), ids], generic=False
     )
-    on_tasks = [
-        n for n in plan if n.get("Relation Name") == "scheduler_app_task" and n["Node Type"] != "ModifyTable"
-    ]
-    assert "Seq Scan" not in {n["Node Type"] for n in on_tasks}, on_tasks
-    assert sum(
-        n["Actual Rows"] * n["Actual Loops"] + n.get("Rows Removed by Filter", 0) for n in on_tasks
-    ) == len(ids)
+    scans, read = scans_of(plan, "scheduler_app_task")
+    assert "Seq Scan" not in {n["Node Type"] for n in scans}, scans
+    assert read == len(ids)

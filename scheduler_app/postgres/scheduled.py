@@ -112,6 +112,7 @@ def move_next_runs(tasks: Sequence[Task]) -> None:
         cursor.execute(move_next_runs_sql(), [ids, [task.next_run_at for task in tasks], ids])
 
 
+@cache
 def move_next_runs_sql() -> str:
     return (
         f"UPDATE {binding.table(Task)} t SET next_run_at = u.next"
