@@ -3,6 +3,10 @@ connection, and never where DISABLE_SERVER_SIDE_CURSORS says a transaction-mode 
 
 from __future__ import annotations
 
+import json
+import re
+import uuid
+
 import pytest
 from django.db import connection
 from django.test import override_settings
@@ -10,6 +14,7 @@ from django.test import override_settings
 from scheduler_app import scheduler
 from scheduler_app.runner import claims
 from tests.factories import definition
+from tests.test_partial_indexes import scans_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -107,3 +112,143 @@ def test_the_loop_of_a_runner_plans_at_each_call_and_leaves_the_session_as_it_wa
     SchedulerLoop(node_id="node-a", workers=1).run(once=True)
     assert modes and set(modes) == {"force_custom_plan"}
     assert plan_cache_mode() == "auto"
+
+
+def test_the_journal_writer_plans_once_without_sequential_scans_and_leaves_the_session_as_it_was():
+    from scheduler_app import db
+    from scheduler_app.statements import journal_statements
+
+    with journal_statements().planned_once_by_key():
+        for _ in range(3):
+            db.probe()
+        assert plans("SELECT statement_timestamp()") == (3, 0)
+        assert plan_cache_mode() == "force_generic_plan"
+        assert setting("enable_seqscan") == "off"
+    assert (plan_cache_mode(), setting("enable_seqscan")) == ("auto", "on")
+
+
+def setting(name: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SHOW {name}")
+        return cursor.fetchone()[0]
+
+
+def journal_rows(now, count: int, status: str) -> list:
+    from scheduler_app.models import Execution
+
+    return Execution.objects.bulk_create(
+        Execution(
+            occurrence_id=uuid.uuid4(),
+            task_id="report",
+            trigger_type="manual",
+            status=status,
+            execution_token=f"token-{uuid.uuid4()}",
+            due_at=now,
+            created_at=now,
+            updated_at=now,
+        )
+        for _ in range(count)
+    )
+
+
+def start_params(rows, now) -> list:
+    """batch.start's parameters for ``rows``, in the order of its statement."""
+    sequences = [row.sequence for row in rows]
+    tokens = [row.execution_token for row in rows]
+    moved = ["claimed", "running", now, now, sequences]
+    event = [now, "claimed", "running", "started", "node-a"]
+    return [sequences, tokens, *moved, *event]
+
+
+def finish_params(rows, now) -> list:
+    """batch.finish's parameters for successes of ``rows`` (no log rows), in its statement's order."""
+    import json
+
+    outcomes = [
+        {
+            "sequence": row.sequence,
+            "token": row.execution_token,
+            "from_status": "running",
+            "given": ["status", "updated_at", "finished_at"],
+            "new_status": "success",
+            "new_updated_at": now.isoformat(),
+            "new_finished_at": now.isoformat(),
+            "event_reason": "succeeded",
+        }
+        for row in rows
+    ]
+    return [json.dumps(outcomes), [row.sequence for row in rows], now, "node-a", "[]"]
+
+
+WRITER_STATEMENTS = [("_start_sql", "claimed", start_params), ("_finish_sql", "running", finish_params)]
+
+
+def prepared_as(text: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM pg_prepared_statements WHERE statement = %s", [numbered(text)])
+        found = cursor.fetchall()
+    assert len(found) == 1, found
+    return found[0][0]
+
+
+@pytest.mark.django_db(transaction=True, reset_sequences=True)
+@pytest.mark.parametrize(("sql", "status", "params"), WRITER_STATEMENTS)
+def test_the_writers_plans_are_made_again_as_the_journal_grows_and_read_by_key(clock, sql, status, params):
+    """The journal writer keeps the plan of each of its statements, made at its first call, often on
+    a new journal of a few rows. Made there, the outcomes' plan read a whole index for each row (the
+    task's, by its second column) and the starts' the whole table: 20,000 rows a row a minute later.
+    Made again once the journal's newest sequence has doubled, and without sequential scans (and the
+    start's status a parameter: as a literal it matched the partial index of leased rows), the plan
+    in use reads each row by its key."""
+    from scheduler_app.postgres import batch
+    from scheduler_app.postgres.binding import REPLAN_AFTER_ROWS
+    from scheduler_app.statements import journal_statements
+
+    now = clock.now()
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # the statistics of a new, empty journal
+    text = getattr(batch, sql)()
+    first = journal_rows(now, 20, status)
+    with journal_statements().planned_once_by_key():
+        assert len(batch._run(text, params(first[:10], now), first[9].sequence)) == 10
+        made_small = prepared_as(text)
+        rows = journal_rows(now, 20_000, status)
+        # Newest rows under twice the sequence of the plan's and 1,000 more: the plan is kept.
+        assert len(batch._run(text, params(first[10:], now), rows[REPLAN_AFTER_ROWS // 2].sequence)) == 10
+        assert prepared_as(text) == made_small
+        assert len(batch._run(text, params(rows[:10], now), rows[-1].sequence)) == 10
+        made_large = prepared_as(text)
+        assert made_large != made_small
+        values = params(rows[10_000:10_010], now)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {made_large}({', '.join(['%s'] * len(values))})",
+                values,
+            )
+            plan = nodes(cursor.fetchone()[0])
+    assert plans(numbered(text)[:60])[1] == 0  # never a custom plan: each is made once and kept
+    scans, read = scans_of(plan, "scheduler_app_execution")
+    assert read == 2 * 10, scans  # locked, then moved: each by its key
+    assert {n["Index Name"] for n in plan if "Index Name" in n} <= {"scheduler_app_execution_pkey"}, scans
+
+
+def numbered(sql: str) -> str:
+    """``sql`` as psycopg prepares it: its %s placeholders numbered."""
+    count = 0
+
+    def number(match):
+        nonlocal count
+        count += 1
+        return f"${count}"
+
+    return re.sub("%s", number, sql)
+
+
+def nodes(plan) -> list[dict]:
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def below(node):
+        return [node, *(n for child in node.get("Plans", []) for n in below(child))]
+
+    return below(plan[0]["Plan"])

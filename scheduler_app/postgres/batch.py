@@ -98,9 +98,14 @@ def _start_sql() -> str:
     batch = _unnest("v", [("sequence", "bigint"), ("token", "text")])
     return (
         f"WITH v AS (SELECT * FROM {batch}),"
-        f" {_owned_rows(f'e.status = {status_literal(Status.CLAIMED)} AND NOT e.stop_requested')},"
+        # The status as a parameter, not a literal: a literal matches the partial index of leased
+        # rows, which a plan made on a small journal then reads whole for each row of the batch.
+        f" {_owned_rows('e.status = %s AND NOT e.stop_requested')},"
+        # The array of sequences, as in the outcomes' statement: a plan made on a small journal
+        # joined ``l`` with a read of the whole table.
         f" u AS (UPDATE {execution} e SET status = %s, started_at = %s, updated_at = %s"
-        " FROM l WHERE e.sequence = l.sequence RETURNING e.sequence, e.attempt),"
+        " FROM l WHERE e.sequence = ANY(%s::bigint[]) AND e.sequence = l.sequence"
+        " RETURNING e.sequence, e.attempt),"
         f" {_event_insert('SELECT u.sequence, %s, %s, %s, %s, %s, u.attempt, NULL, NULL FROM u')}"
         " SELECT sequence FROM u"
     )
@@ -108,20 +113,25 @@ def _start_sql() -> str:
 
 def start(claimed: Sequence[Claim], node: str, now: datetime) -> set[int]:
     """claimed -> running for every claim still owned and not asked to stop; the sequences moved."""
+    if not claimed:
+        return set()
     claims = sorted(claimed, key=lambda c: c.execution.sequence)
+    sequences = [c.execution.sequence for c in claims]
     params = [
-        [c.execution.sequence for c in claims],
+        sequences,
         [c.token for c in claims],
+        Status.CLAIMED,
         Status.RUNNING,
         now,
         now,
+        sequences,
         now,
         Status.CLAIMED,
         Status.RUNNING,
         "started",
         node[: journal.NODE_LENGTH],
     ]
-    return set(_run(_start_sql(), params))
+    return set(_run(_start_sql(), params, sequences[-1]))
 
 
 def _records(alias: str, columns: Sequence[tuple[str, str]]) -> str:
@@ -207,7 +217,7 @@ def finish(finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
         node[: journal.NODE_LENGTH],
         _json(log_rows),
     ]
-    return set(_run(_finish_sql(), params))
+    return set(_run(_finish_sql(), params, rows[-1]["sequence"]))
 
 
 def _json(rows: list[dict[str, Any]]) -> str:
@@ -220,7 +230,7 @@ def _json_default(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def _run(sql: str, params: list[Any]) -> list[int]:
-    with binding.bound_cursor(binding.journal_connection()) as cursor:
+def _run(sql: str, params: list[Any], newest: int) -> list[int]:
+    with binding.bound_cursor(binding.journal_connection(), newest=newest) as cursor:
         cursor.execute(sql, params)
         return [sequence for (sequence,) in cursor.fetchall()]

@@ -37,6 +37,11 @@ class PostgresStatements(Statements):
             yield
 
     @contextmanager
+    def planned_once_by_key(self) -> Iterator[None]:
+        with binding.planned_once_by_key():
+            yield
+
+    @contextmanager
     def cursor(self, connection: Any) -> Iterator[Any]:
         with binding.bound_cursor(connection) as cursor:
             yield cursor

@@ -133,7 +133,7 @@ class JournalWriter:
 
     def _loop(self) -> None:
         try:
-            with journal_statements().planned_at_each_call():
+            with journal_statements().planned_once_by_key():
                 self._drain()
         finally:
             connections.close_all()

@@ -65,7 +65,13 @@ class Statements:
     @contextmanager
     def planned_at_each_call(self) -> Iterator[None]:
         """Within, this thread's statements are planned for the journal as it is at each call (a
-        runner's loop and journal writer); nothing to do where statements are not prepared."""
+        runner's loop); nothing to do where statements are not prepared."""
+        yield
+
+    @contextmanager
+    def planned_once_by_key(self) -> Iterator[None]:
+        """Within, this thread's statements, which read rows by key only, keep the plan of their
+        first call (the journal writer); nothing to do where statements are not prepared."""
         yield
 
     @contextmanager
