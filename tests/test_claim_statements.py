@@ -125,7 +125,7 @@ def test_a_claim_reads_due_rows_in_index_order_and_no_more_than_it_locks(clock, 
         cursor.execute("ANALYZE")
     sent: list[tuple[str, list[Any]]] = []
     monkeypatch.setattr(
-        fixed, "_fetch", lambda model, sql, params, names=None: sent.append((sql, params)) or []
+        fixed, "_fetch", lambda model, sql, params, names=None, **_: sent.append((sql, params)) or []
     )
     fixed.candidates(now, 40)
     ((sql, params),) = sent

@@ -78,25 +78,20 @@ def plan_cache_mode() -> str:
         return cursor.fetchone()[0]
 
 
-def test_a_runners_statements_are_planned_at_each_call_for_the_journal_as_it_is_then():
+def test_a_runners_statements_keep_their_plans_without_sequential_scans():
     from scheduler_app import db
     from scheduler_app.statements import journal_statements
 
-    for _ in range(8):
-        db.probe()
-    # Elsewhere (a web process) PostgreSQL settles on one plan after the fifth call.
-    assert plans("SELECT statement_timestamp()")[0] > 0
-    connection.close()
-    with journal_statements().planned_at_each_call():
-        for _ in range(8):
+    with journal_statements().kept_plans():
+        for _ in range(3):
             db.probe()
-        # A plan that read the whole journal while it was empty is not kept for when it is large.
-        assert plans("SELECT statement_timestamp()") == (0, 8)
-        assert plan_cache_mode() == "force_custom_plan"
-    assert plan_cache_mode() == "auto"
+        assert plans("SELECT statement_timestamp()") == (3, 0)
+        assert plan_cache_mode() == "force_generic_plan"
+        assert setting("enable_seqscan") == "off"
+    assert (plan_cache_mode(), setting("enable_seqscan")) == ("auto", "on")
 
 
-def test_the_loop_of_a_runner_plans_at_each_call_and_leaves_the_session_as_it_was(monkeypatch):
+def test_the_loop_of_a_runner_keeps_its_plans_and_leaves_the_session_as_it_was(monkeypatch):
     from scheduler_app import db
     from scheduler_app.runner.loop import SchedulerLoop
 
@@ -110,21 +105,8 @@ def test_the_loop_of_a_runner_plans_at_each_call_and_leaves_the_session_as_it_wa
 
     monkeypatch.setattr(db, "probe", probe)
     SchedulerLoop(node_id="node-a", workers=1).run(once=True)
-    assert modes and set(modes) == {"force_custom_plan"}
+    assert modes and set(modes) == {"force_generic_plan"}
     assert plan_cache_mode() == "auto"
-
-
-def test_the_journal_writer_plans_once_without_sequential_scans_and_leaves_the_session_as_it_was():
-    from scheduler_app import db
-    from scheduler_app.statements import journal_statements
-
-    with journal_statements().planned_once_by_key():
-        for _ in range(3):
-            db.probe()
-        assert plans("SELECT statement_timestamp()") == (3, 0)
-        assert plan_cache_mode() == "force_generic_plan"
-        assert setting("enable_seqscan") == "off"
-    assert (plan_cache_mode(), setting("enable_seqscan")) == ("auto", "on")
 
 
 def setting(name: str) -> str:
@@ -194,8 +176,8 @@ def prepared_as(text: str) -> str:
 @pytest.mark.django_db(transaction=True, reset_sequences=True)
 @pytest.mark.parametrize(("sql", "status", "params"), WRITER_STATEMENTS)
 def test_the_writers_plans_are_made_again_as_the_journal_grows_and_read_by_key(clock, sql, status, params):
-    """The journal writer keeps the plan of each of its statements, made at its first call, often on
-    a new journal of a few rows. Made there, the outcomes' plan read a whole index for each row (the
+    """A runner's journal writer keeps the plan of each of its statements, made at its first call,
+    often on a new journal of a few rows. Made there, the outcomes' plan read a whole index for each row (the
     task's, by its second column) and the starts' the whole table: 20,000 rows a row a minute later.
     Made again once the journal's newest sequence has doubled, and without sequential scans (and the
     start's status a parameter: as a literal it matched the partial index of leased rows), the plan
@@ -210,7 +192,7 @@ def test_the_writers_plans_are_made_again_as_the_journal_grows_and_read_by_key(c
         cursor.execute("ANALYZE")  # the statistics of a new, empty journal
     text = getattr(batch, sql)()
     first = journal_rows(now, 20, status)
-    with journal_statements().planned_once_by_key():
+    with journal_statements().kept_plans():
         assert len(batch._run(text, params(first[:10], now), first[9].sequence)) == 10
         made_small = prepared_as(text)
         rows = journal_rows(now, 20_000, status)
@@ -252,3 +234,33 @@ def nodes(plan) -> list[dict]:
         return [node, *(n for child in node.get("Plans", []) for n in below(child))]
 
     return below(plan[0]["Plan"])
+
+
+@pytest.mark.django_db(transaction=True, reset_sequences=True)
+def test_the_claims_kept_plan_reads_only_the_rows_it_returns_from_a_burst(clock):
+    """The loop keeps its plans too. The claim's read of candidates, first planned on 20 due rows, is
+    planned again once it has seen the journal's newest sequence double (it returns it), and behind
+    20,000 due rows its plan reads the rows it returns from the index of due rows, however many wait
+    (its limit is a parameter of the kept plan)."""
+    from scheduler_app.postgres.claims import candidates, candidates_sql
+    from scheduler_app.statements import journal_statements
+
+    now = clock.now()
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # the statistics of a new, empty journal
+    journal_rows(now, 20, "pending")
+    with journal_statements().kept_plans():
+        assert len(candidates(now, 64)) == 20
+        made_small = prepared_as(candidates_sql())
+        journal_rows(now, 20_000, "pending")
+        assert len(candidates(now, 64)) == 64  # sees the newest row
+        assert len(candidates(now, 64)) == 64
+        made_large = prepared_as(candidates_sql())
+        assert made_large != made_small
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {made_large}(%s, %s)", [now, 64])
+            plan = nodes(cursor.fetchone()[0])
+    scans, read = scans_of(plan, "scheduler_app_execution")
+    assert read <= 64 + 1, scans  # the rows returned, and the newest row's key
+    assert "Seq Scan" not in {n["Node Type"] for n in plan}

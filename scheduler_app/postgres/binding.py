@@ -13,19 +13,17 @@ from django.db import connections, router
 from scheduler_app.models import Execution
 
 NEVER_BY_COUNT = 2**31 - 1
-# The session settings a runner's thread plans its prepared statements under, once set on its
-# psycopg connection (an attribute of that connection).
-SESSION_PLANS = "_scheduler_session_plans"
-AT_EACH_CALL = ("SET plan_cache_mode = force_custom_plan",)
-# Only plans that read rows by key: the writer's statements name every row they touch by its key.
-ONCE_BY_KEY = ("SET plan_cache_mode = force_generic_plan", "SET enable_seqscan = off")
+# Set on a psycopg connection whose session keeps its plans (kept_plans).
+KEEPS_PLANS = "_scheduler_keeps_plans"
+KEPT_PLANS = ("SET plan_cache_mode = force_generic_plan", "SET enable_seqscan = off")
 # The newest journal row (its sequence) a connection's kept plans were made for.
 PLANNED_FOR = "_scheduler_planned_for"
-# Kept plans are made again once the journal's newest rows have twice the sequence they had
-# then, and never for fewer new rows than this.
+# Kept plans are made again once the journal's newest row has twice the sequence it had then,
+# and never for fewer new rows than this.
 REPLAN_AFTER_ROWS = 1000
 
-# The settings chosen for this thread: a runner's loop, or its journal writer.
+# Whether this thread is a runner's loop or journal writer (kept_plans), and the newest journal
+# row its statements have touched.
 _runner_thread = threading.local()
 
 
@@ -53,54 +51,39 @@ def prepares(connection: Any) -> bool:
 
 
 @contextmanager
-def planned_at_each_call() -> Iterator[None]:
-    """Within, the prepared statements of this thread's journal connection are planned at every
-    call (``plan_cache_mode = force_custom_plan`` on its session), for the tables as they are then.
-
-    PostgreSQL otherwise settles on a generic plan after a prepared statement's fifth call and keeps
-    it until the next ANALYZE of its tables. A runner's first calls meet an empty or small journal,
-    where reading a whole table is the cheapest plan; a burst of 10,000 executions a minute later
-    then read the whole table at every batch of outcomes (4.5 ms a call instead of 0.8 ms). Only the
-    runner's loop does this (its writer: ``planned_once_by_key``): a web process's connection, and
-    the workers that run handlers, keep the session as the project set it.
-    """
-    with _session_plans(AT_EACH_CALL):
-        yield
-
-
-@contextmanager
-def planned_once_by_key() -> Iterator[None]:
+def kept_plans() -> Iterator[None]:
     """Within, each prepared statement of this thread's journal connection keeps the plan made at
-    its first call (``force_generic_plan``), planned without sequential scans, until the journal
-    has grown enough to plan it again (``_replan_as_it_grows``).
+    its first call (``plan_cache_mode = force_generic_plan`` on its session), made without
+    sequential scans, until the journal has grown enough to plan it again (``_keep_plans``).
 
-    For the journal writer: its two statements (a batch of starts, a batch of outcomes) read every
-    row by its key, and planning them at each call cost PostgreSQL about as much as running them
-    (``bench/w1_burst.py --top``)."""
-    with _session_plans(ONCE_BY_KEY):
-        yield
-
-
-@contextmanager
-def _session_plans(settings: tuple[str, ...]) -> Iterator[None]:
-    _runner_thread.settings = settings
+    Planning the runner's fixed statements at each call cost PostgreSQL about as much as running
+    them (``bench/w2_manual.py --top``). PostgreSQL's own choice, a generic plan after a prepared
+    statement's fifth call, is kept until the next ANALYZE of its tables: a runner's first calls
+    meet an empty or small journal, where reading a whole table is the cheapest plan, and a burst
+    of 10,000 executions a minute later read the whole journal at every batch of outcomes (4.5 ms
+    a call instead of 0.8 ms). Only the runner's own threads do this: a web process's connection,
+    and the workers that run handlers, keep the session as the project set it.
+    """
+    _runner_thread.active = True
+    _runner_thread.newest = 0
     try:
         yield
     finally:
-        _runner_thread.settings = None
+        _runner_thread.active = False
         raw = journal_connection().connection
-        if raw is not None and getattr(raw, SESSION_PLANS, None):
-            with suppress(Exception):  # a broken connection is closed anyway
-                _reset(raw)
+        if raw is not None and getattr(raw, KEEPS_PLANS, False):
+            setattr(raw, KEEPS_PLANS, False)
+            setattr(raw, PLANNED_FOR, None)
+            with suppress(Exception), raw.cursor() as cursor:  # a broken connection is closed anyway
+                cursor.execute("RESET plan_cache_mode")
+                cursor.execute("RESET enable_seqscan")
 
 
-def _reset(raw: Any) -> None:
-    """The session's planner settings back to the project's own."""
-    setattr(raw, SESSION_PLANS, None)
-    setattr(raw, PLANNED_FOR, None)
-    with raw.cursor() as cursor:
-        cursor.execute("RESET plan_cache_mode")
-        cursor.execute("RESET enable_seqscan")
+def saw(newest: int) -> None:
+    """Note the newest journal row (its sequence) a statement of this thread touched: its kept
+    plans are made again once that has doubled."""
+    if getattr(_runner_thread, "active", False) and newest > _runner_thread.newest:
+        _runner_thread.newest = newest
 
 
 @contextmanager
@@ -114,8 +97,8 @@ def bound_cursor(connection: Any, *, newest: int | None = None) -> Iterator[Any]
     round trip, and planning them costs the database more than running them. Django's error
     translation and execute wrappers still apply; its own queries are never prepared.
 
-    ``newest``: the highest journal sequence the statement touches, for plans kept once
-    (``planned_once_by_key``): they are made again as the journal grows (``_replan_as_it_grows``).
+    ``newest``: the highest journal sequence the statement touches, for kept plans (``kept_plans``),
+    which are made again as the journal grows.
     """
     import psycopg
 
@@ -127,17 +110,11 @@ def bound_cursor(connection: Any, *, newest: int | None = None) -> Iterator[Any]
             # psycopg prepares nothing while the threshold is None (Django's default); a threshold
             # no statement reaches lets only these cursors' statements be prepared.
             connection.connection.prepare_threshold = NEVER_BY_COUNT
-        settings = getattr(_runner_thread, "settings", None)
-        if settings and getattr(connection.connection, SESSION_PLANS, None) != settings:
-            with connection.wrap_database_errors, connection.connection.cursor() as cursor:
-                if getattr(connection.connection, SESSION_PLANS, None):
-                    _reset(connection.connection)
-                for setting in settings:
-                    cursor.execute(setting)
-            setattr(connection.connection, SESSION_PLANS, settings)
-        if settings == ONCE_BY_KEY and newest is not None:
+        if getattr(_runner_thread, "active", False):
+            if newest is not None:
+                saw(newest)
             with connection.wrap_database_errors:
-                _replan_as_it_grows(connection.connection, newest)
+                _keep_plans(connection.connection)
     with connection.wrap_database_errors:
         raw = cursor_class(connection.connection)
     cursor = connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
@@ -145,21 +122,30 @@ def bound_cursor(connection: Any, *, newest: int | None = None) -> Iterator[Any]
         yield cursor
 
 
-def _replan_as_it_grows(raw: Any, newest: int) -> None:
-    """Drop the connection's prepared statements once the journal's newest row, ``newest``, has
-    twice the sequence it had when their plans were made (and REPLAN_AFTER_ROWS more).
+def _keep_plans(raw: Any) -> None:
+    """Set the session of a runner's thread to keep its plans, and drop its prepared statements
+    once the journal's newest row has twice the sequence (and REPLAN_AFTER_ROWS more) it had when
+    their plans were made.
 
     A plan is made for the tables as they are. Made on a journal of a few rows, one that reads by
     key may pick an index where the key is not the first column and read all of it for each row:
     cheap then, not at twenty thousand rows. Made again at each doubling, the plan in use was made
     when the journal's newest row had at least half the sequence it has now: a handful of plans
     over a journal's life."""
+    import psycopg
+
+    if not getattr(raw, KEEPS_PLANS, False):
+        if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            return  # set outside a transaction, which could roll it back; this call plans as PostgreSQL does
+        with psycopg.Cursor(raw) as cursor:
+            for setting in KEPT_PLANS:
+                cursor.execute(setting)
+        setattr(raw, KEEPS_PLANS, True)
+    newest = _runner_thread.newest
     planned_for = getattr(raw, PLANNED_FOR, None)
     if planned_for is not None and newest < 2 * planned_for + REPLAN_AFTER_ROWS:
         return
     if planned_for is not None:
-        import psycopg
-
         # psycopg forgets its prepared statements on seeing this command succeed.
         with psycopg.Cursor(raw) as cursor:
             cursor.execute("DEALLOCATE ALL")

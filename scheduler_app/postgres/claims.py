@@ -48,9 +48,17 @@ def _names() -> dict[str, str]:
     }
 
 
-def _fetch(model: type[M], sql: str, params: list[Any], names: Sequence[str] | None = None) -> list[M]:
+def _fetch(
+    model: type[M],
+    sql: str,
+    params: list[Any],
+    names: Sequence[str] | None = None,
+    *,
+    newest_last: bool = False,
+) -> list[M]:
     """Model instances from rows of ``model``'s columns ``names`` (all by default), in that order,
-    converted as the ORM would; columns left out are deferred."""
+    converted as the ORM would; columns left out are deferred. ``newest_last``: each row ends with
+    the journal's newest sequence, for the runner's kept plans (``binding.saw``)."""
     connection = binding.journal_connection()
     fields = list(model._meta.concrete_fields)
     if names:
@@ -63,10 +71,12 @@ def _fetch(model: type[M], sql: str, params: list[Any], names: Sequence[str] | N
     attnames = [f.attname for f in fields]
     out = []
     for row in rows:
-        values = list(row)
+        values = list(row[: len(fields)])
         for i, convert in converters:
             values[i] = convert(values[i], fields[i], connection)
         out.append(built(model, dict(zip(attnames, values, strict=True)), db=connection.alias))
+    if newest_last and rows:
+        binding.saw(rows[0][-1])
     return out
 
 
@@ -93,7 +103,7 @@ OCCUPYING_ROWS = f"o.status IN {status_literal(*OCCUPYING)}"
 def candidates(now: datetime, limit: int) -> list[Execution]:
     """Due pending rows not locked by another claim, oldest first, skipping tasks already at their
     max_concurrency (a hint: ``busy`` counts again under the task locks)."""
-    rows = _fetch(Execution, candidates_sql(), [now, limit], CANDIDATE_FIELDS)
+    rows = _fetch(Execution, candidates_sql(), [now, limit], CANDIDATE_FIELDS, newest_last=True)
     for row in rows:
         row.status = Status.PENDING
     return rows
@@ -103,7 +113,9 @@ def candidates(now: datetime, limit: int) -> list[Execution]:
 def candidates_sql() -> str:
     n = _names()
     return (
-        f"SELECT {', '.join(f'e.{name}' for name in CANDIDATE_FIELDS)} FROM {n['execution']} e"
+        f"SELECT {', '.join(f'e.{name}' for name in CANDIDATE_FIELDS)},"
+        # The journal's newest row: the runner's kept plans are made again as it grows (binding.saw).
+        f" (SELECT MAX(n.sequence) FROM {n['execution']} n) FROM {n['execution']} e"
         f" WHERE e.status = {status_literal(Status.PENDING)} AND e.due_at <= %s"
         # A task is full when its leased and unknown rows reach its max_concurrency. Leased rows
         # are the live queue: counted for all tasks at once, and a full task's many due rows (a

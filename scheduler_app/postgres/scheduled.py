@@ -93,6 +93,8 @@ def insert(rows: Sequence[tuple[Execution, str]], node: str, now: datetime) -> l
     with binding.bound_cursor(connection) as cursor:
         cursor.execute(_statement(), params)
         sequences = dict(cursor.fetchall())
+    if sequences:
+        binding.saw(max(sequences.values()))
     created = []
     for execution, _ in rows:
         sequence = sequences.get(execution.occurrence_id)

@@ -32,13 +32,8 @@ class PostgresStatements(Statements):
         return int(found[0]) if found and found[0] >= 0 else None
 
     @contextmanager
-    def planned_at_each_call(self) -> Iterator[None]:
-        with binding.planned_at_each_call():
-            yield
-
-    @contextmanager
-    def planned_once_by_key(self) -> Iterator[None]:
-        with binding.planned_once_by_key():
+    def kept_plans(self) -> Iterator[None]:
+        with binding.kept_plans():
             yield
 
     @contextmanager

@@ -178,7 +178,7 @@ class SchedulerLoop:
 
         With ``once``, a tick the database refused raises RunnerFailed after the drain.
         """
-        with journal_statements().planned_at_each_call():
+        with journal_statements().kept_plans():
             self._run(once, on_start)
 
     def _run(self, once: bool, on_start: Callable[[], None] | None) -> None:

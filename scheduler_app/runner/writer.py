@@ -133,7 +133,7 @@ class JournalWriter:
 
     def _loop(self) -> None:
         try:
-            with journal_statements().planned_once_by_key():
+            with journal_statements().kept_plans():
                 self._drain()
         finally:
             connections.close_all()

@@ -63,15 +63,9 @@ class Statements:
         return CLOCK_SQL[connection.vendor]
 
     @contextmanager
-    def planned_at_each_call(self) -> Iterator[None]:
-        """Within, this thread's statements are planned for the journal as it is at each call (a
-        runner's loop); nothing to do where statements are not prepared."""
-        yield
-
-    @contextmanager
-    def planned_once_by_key(self) -> Iterator[None]:
-        """Within, this thread's statements, which read rows by key only, keep the plan of their
-        first call (the journal writer); nothing to do where statements are not prepared."""
+    def kept_plans(self) -> Iterator[None]:
+        """Within, this thread's statements keep their plans, made again as the journal grows (a
+        runner's loop and journal writer); nothing to do where statements are not prepared."""
         yield
 
     @contextmanager
