@@ -4,6 +4,7 @@ hot statements can use them even with a generic plan; other databases keep whole
 from __future__ import annotations
 
 import importlib
+import json
 import uuid
 from datetime import timedelta
 
@@ -159,11 +160,6 @@ def prepared_plan(
     statistics as they are): the generic plan PostgreSQL keeps for later calls, or
     (``generic=False``) the plan made for ``params``, run (EXPLAIN ANALYZE), as the runner's
     sessions plan each call."""
-    import json
-
-    numbered = sql
-    for number in range(1, types.count(",") + 2):
-        numbered = numbered.replace("%s", f"${number}", 1)
     mode, options = (
         ("force_generic_plan", "FORMAT JSON") if generic else ("force_custom_plan", "ANALYZE, FORMAT JSON")
     )
@@ -172,18 +168,29 @@ def prepared_plan(
             cursor.execute("ANALYZE")
         cursor.execute(f"SET plan_cache_mode = {mode}")
         try:
-            cursor.execute(f"PREPARE planned({types}) AS {numbered}")
+            cursor.execute(f"PREPARE planned({types}) AS {numbered(sql)}")
             cursor.execute(f"EXPLAIN ({options}) EXECUTE planned({', '.join(['%s'] * len(params))})", params)
             plan = cursor.fetchone()[0]
         finally:
             cursor.execute("DEALLOCATE ALL")
             cursor.execute("RESET plan_cache_mode")
+    return plan_nodes(plan)
+
+
+def numbered(sql: str) -> str:
+    """``sql`` as it is prepared: its %s placeholders numbered $1, $2, ..."""
+    parts = sql.split("%s")
+    return "".join(part + (f"${n}" if n < len(parts) else "") for n, part in enumerate(parts, 1))
+
+
+def plan_nodes(plan) -> list[dict]:
+    """Every node of an EXPLAIN (FORMAT JSON) result."""
     plan = json.loads(plan) if isinstance(plan, str) else plan
 
-    def nodes(node):
-        return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
+    def below(node):
+        return [node, *(n for child in node.get("Plans", []) for n in below(child))]
 
-    return nodes(plan[0]["Plan"])
+    return below(plan[0]["Plan"])
 
 
 def beside_the_newest_row(plan: list[dict]) -> list[dict]:

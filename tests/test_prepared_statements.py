@@ -4,7 +4,6 @@ connection, and never where DISABLE_SERVER_SIDE_CURSORS says a transaction-mode 
 from __future__ import annotations
 
 import json
-import re
 import uuid
 
 import pytest
@@ -14,7 +13,7 @@ from django.test import override_settings
 from scheduler_app import scheduler
 from scheduler_app.runner import claims
 from tests.factories import definition
-from tests.test_partial_indexes import scans_of
+from tests.test_partial_indexes import numbered, plan_nodes, scans_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -144,8 +143,6 @@ def start_params(rows, now) -> list:
 
 def finish_params(rows, now) -> list:
     """batch.finish's parameters for successes of ``rows`` (no log rows), in its statement's order."""
-    import json
-
     outcomes = [
         {
             "sequence": row.sequence,
@@ -177,8 +174,9 @@ def prepared_as(text: str) -> str:
 @pytest.mark.parametrize(("sql", "status", "params"), WRITER_STATEMENTS)
 def test_the_writers_plans_are_made_again_as_the_journal_grows_and_read_by_key(clock, sql, status, params):
     """A runner's journal writer keeps the plan of each of its statements, made at its first call,
-    often on a new journal of a few rows. Made there, the outcomes' plan read a whole index for each row (the
-    task's, by its second column) and the starts' the whole table: 20,000 rows a row a minute later.
+    often on a new journal of a few rows. Made there, the starts' plan read a whole index for each row
+    (the task's, by its second column), and with sequential scans the outcomes' read the whole
+    table: 20,000 rows a row a minute later.
     Made again once the journal's newest sequence has doubled, and without sequential scans (and the
     start's status a parameter: as a literal it matched the partial index of leased rows), the plan
     in use reads each row by its key."""
@@ -208,32 +206,11 @@ def test_the_writers_plans_are_made_again_as_the_journal_grows_and_read_by_key(c
                 f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {made_large}({', '.join(['%s'] * len(values))})",
                 values,
             )
-            plan = nodes(cursor.fetchone()[0])
+            plan = plan_nodes(cursor.fetchone()[0])
     assert plans(numbered(text)[:60])[1] == 0  # never a custom plan: each is made once and kept
     scans, read = scans_of(plan, "scheduler_app_execution")
     assert read == 2 * 10, scans  # locked, then moved: each by its key
     assert {n["Index Name"] for n in plan if "Index Name" in n} <= {"scheduler_app_execution_pkey"}, scans
-
-
-def numbered(sql: str) -> str:
-    """``sql`` as psycopg prepares it: its %s placeholders numbered."""
-    count = 0
-
-    def number(match):
-        nonlocal count
-        count += 1
-        return f"${count}"
-
-    return re.sub("%s", number, sql)
-
-
-def nodes(plan) -> list[dict]:
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-
-    def below(node):
-        return [node, *(n for child in node.get("Plans", []) for n in below(child))]
-
-    return below(plan[0]["Plan"])
 
 
 @pytest.mark.django_db(transaction=True, reset_sequences=True)
@@ -260,7 +237,7 @@ def test_the_claims_kept_plan_reads_only_the_rows_it_returns_from_a_burst(clock)
         assert made_large != made_small
         with connection.cursor() as cursor:
             cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {made_large}(%s, %s)", [now, 64])
-            plan = nodes(cursor.fetchone()[0])
+            plan = plan_nodes(cursor.fetchone()[0])
     scans, read = scans_of(plan, "scheduler_app_execution")
     assert read <= 64 + 1, scans  # the rows returned, and the newest row's key
     assert "Seq Scan" not in {n["Node Type"] for n in plan}

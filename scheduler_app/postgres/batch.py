@@ -231,6 +231,8 @@ def _json_default(value: Any) -> str:
 
 
 def _run(sql: str, params: list[Any], newest: int) -> list[int]:
-    with binding.bound_cursor(binding.journal_connection(), newest=newest) as cursor:
+    """``sql`` run; ``newest``: the highest sequence of its rows, noted before it is planned."""
+    binding.saw(newest)
+    with binding.bound_cursor(binding.journal_connection()) as cursor:
         cursor.execute(sql, params)
         return [sequence for (sequence,) in cursor.fetchall()]

@@ -15,7 +15,8 @@ from scheduler_app.models import Execution
 NEVER_BY_COUNT = 2**31 - 1
 # Set on a psycopg connection whose session keeps its plans (kept_plans).
 KEEPS_PLANS = "_scheduler_keeps_plans"
-KEPT_PLANS = ("SET plan_cache_mode = force_generic_plan", "SET enable_seqscan = off")
+# The session settings of kept plans; leaving kept_plans resets them.
+KEPT_PLANS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
 # The newest journal row (its sequence) a connection's kept plans were made for.
 PLANNED_FOR = "_scheduler_planned_for"
 # Kept plans are made again once the journal's newest row has twice the sequence it had then,
@@ -75,8 +76,8 @@ def kept_plans() -> Iterator[None]:
             setattr(raw, KEEPS_PLANS, False)
             setattr(raw, PLANNED_FOR, None)
             with suppress(Exception), raw.cursor() as cursor:  # a broken connection is closed anyway
-                cursor.execute("RESET plan_cache_mode")
-                cursor.execute("RESET enable_seqscan")
+                for name in KEPT_PLANS:
+                    cursor.execute(f"RESET {name}")
 
 
 def saw(newest: int) -> None:
@@ -87,7 +88,7 @@ def saw(newest: int) -> None:
 
 
 @contextmanager
-def bound_cursor(connection: Any, *, newest: int | None = None) -> Iterator[Any]:
+def bound_cursor(connection: Any) -> Iterator[Any]:
     """A PostgreSQL cursor that sends parameters apart from the statement (server-side binding),
     and prepares it where ``prepares`` allows, so that PostgreSQL plans each fixed statement once
     per connection instead of at every call.
@@ -96,9 +97,6 @@ def bound_cursor(connection: Any, *, newest: int | None = None) -> Iterator[Any]
     ``postgres.batch``, ``postgres.claims`` and ``postgres.trigger`` that costs more Python than the
     round trip, and planning them costs the database more than running them. Django's error
     translation and execute wrappers still apply; its own queries are never prepared.
-
-    ``newest``: the highest journal sequence the statement touches, for kept plans (``kept_plans``),
-    which are made again as the journal grows.
     """
     import psycopg
 
@@ -111,8 +109,6 @@ def bound_cursor(connection: Any, *, newest: int | None = None) -> Iterator[Any]
             # no statement reaches lets only these cursors' statements be prepared.
             connection.connection.prepare_threshold = NEVER_BY_COUNT
         if getattr(_runner_thread, "active", False):
-            if newest is not None:
-                saw(newest)
             with connection.wrap_database_errors:
                 _keep_plans(connection.connection)
     with connection.wrap_database_errors:
@@ -138,8 +134,8 @@ def _keep_plans(raw: Any) -> None:
         if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             return  # set outside a transaction, which could roll it back; this call plans as PostgreSQL does
         with psycopg.Cursor(raw) as cursor:
-            for setting in KEPT_PLANS:
-                cursor.execute(setting)
+            for name, value in KEPT_PLANS.items():
+                cursor.execute(f"SET {name} = {value}")
         setattr(raw, KEEPS_PLANS, True)
     newest = _runner_thread.newest
     planned_for = getattr(raw, PLANNED_FOR, None)
