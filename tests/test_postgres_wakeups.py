@@ -34,7 +34,7 @@ def test_a_trigger_wakes_a_runner_whose_next_tick_is_far_off(running):
     wait_for(lambda: runner._listener is not None and runner._tick_started > 0)
     listener = runner._listener
     assert isinstance(listener, notify.Listener)
-    wait_for(lambda: listener.is_alive())
+    assert listener.listening.wait(15)
     # The first tick has run; the next is a minute away.
     execution = scheduler.trigger("report", params={"result": "woken"}, wait=15)
     assert (execution.status, execution.result) == (Status.SUCCESS, "woken")

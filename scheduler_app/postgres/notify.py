@@ -89,7 +89,8 @@ SENDER = Sender()
 
 
 class Listener(threading.Thread):
-    """Sets ``wake`` (and ``heard``) at every notification; reconnects after errors."""
+    """Sets ``wake`` (and ``heard``) at every notification; reconnects after errors. ``listening``
+    is set while its LISTEN is in place: a NOTIFY sent before that is not heard."""
 
     RETRY_SECONDS = 5.0
 
@@ -97,6 +98,7 @@ class Listener(threading.Thread):
         super().__init__(name="scheduler-pg-listener", daemon=True)
         self._wake = wake
         self.heard = threading.Event()
+        self.listening = threading.Event()
         self._stop_event = threading.Event()
         self._outage = Outage("runner not woken by triggers")
 
@@ -105,12 +107,14 @@ class Listener(threading.Thread):
             try:
                 with connect() as connection:
                     connection.execute(f"LISTEN {CHANNEL}")
+                    self.listening.set()
                     self._outage.succeeded()
                     while not self._stop_event.is_set():
                         for _ in connection.notifies(timeout=0.5, stop_after=1):
                             self.heard.set()
                             self._wake.set()
             except Exception as exc:
+                self.listening.clear()
                 self._outage.failed(exc)
                 self._stop_event.wait(self.RETRY_SECONDS)
 
