@@ -510,8 +510,10 @@ class Scheduler:
             execution = occurrences.manual(
                 task_id, occurrence_id, source or "", idempotency_key, digest, {}, due, now
             )
-            if journal_statements().insert_manual(execution, params or {}, reason, now):
-                wakeup.notify()
+            wake = wakeup.carry()
+            if journal_statements().insert_manual(execution, params or {}, reason, now, wake):
+                if not wake:
+                    wakeup.notify()
                 return execution, True
             # Elsewhere, and on PostgreSQL when the task is missing or the key was used.
             found = Task.objects.filter(id=task_id).values_list("revision", "params", "retry_max_attempts")[

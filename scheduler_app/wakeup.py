@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import threading
 import time
@@ -105,6 +106,11 @@ class _Sender:
     asked for after a trigger committed goes out after that commit, and every wake-up asked
     for while one is on its way goes out as one. Started on first use in each process; a
     wake-up still pending at exit is sent then.
+
+    On PostgreSQL a trigger's own statement carries the wake-up when none went out for SPACING
+    (``carry``), so a stream of triggers opens no connection for its wake-ups: the thread waits
+    a little past the spacing and sends only for triggers that no later carried wake-up
+    covered, those at the end of a stream.
     """
 
     def __init__(self) -> None:
@@ -116,6 +122,18 @@ class _Sender:
         self.pending = threading.Event()
         self._pid = 0
         self._lock = threading.Lock()
+        self._sending = threading.Lock()  # held by the thread from a request to its send
+        # Monotonic times of the last wake-up sent (by the thread or carried) and the last request.
+        self._sent_at = -math.inf
+        self._requested_at = -math.inf
+
+    def carry(self) -> bool:
+        """Whether the caller's statement is to carry a wake-up; it counts as sent from now."""
+        now = time.monotonic()
+        if now - self._sent_at < SPACING:
+            return False
+        self._sent_at = now
+        return True
 
     def request(self) -> None:
         if self._pid != os.getpid():
@@ -123,20 +141,33 @@ class _Sender:
                 if self._pid != os.getpid():
                     threading.Thread(target=self._run, name="scheduler-wake-sender", daemon=True).start()
                     self._pid = os.getpid()
+        self._requested_at = time.monotonic()
         self.pending.set()
 
     def _run(self) -> None:
         pending = self.pending
         while True:
             pending.wait()
-            pending.clear()
-            _publish()
-            time.sleep(SPACING)
+            with self._sending:
+                pending.clear()
+                # Past the spacing by a fifth: time for the next trigger of a stream to carry it.
+                time.sleep(max(0.0, self._sent_at + SPACING * 1.2 - time.monotonic()))
+                if self._sent_at > self._requested_at:
+                    continue
+                self._sent_at = time.monotonic()
+                _publish()
 
     def flush(self) -> None:
-        if self._pid == os.getpid() and self.pending.is_set():
-            self.pending.clear()
-            _publish()
+        """Send a wake-up still pending, after the one under way (at exit, and before a test
+        database is dropped: no connection of the thread's is left open after this)."""
+        if self._pid != os.getpid() or not self._sending.acquire(timeout=5):
+            return
+        try:
+            if self.pending.is_set():
+                self.pending.clear()
+                _publish()
+        finally:
+            self._sending.release()
 
 
 _sender = _Sender()
@@ -149,6 +180,12 @@ def _database_wake_ups() -> Any:
     from scheduler_app.statements import journal_statements
 
     return journal_statements().wake_ups()
+
+
+def carry() -> bool:
+    """Whether a trigger's own statement is to send the wake-up (PostgreSQL's NOTIFY, delivered at
+    its commit) instead of ``notify``: on PostgreSQL without Redis, at most once per SPACING."""
+    return not scheduler_settings.REDIS_URL and _database_wake_ups() is not None and _sender.carry()
 
 
 def notify() -> None:

@@ -4,9 +4,11 @@ thread of the triggering process; never behind a transaction-mode pooler."""
 from __future__ import annotations
 
 import threading
+import time
+from collections import deque
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from scheduler_app import scheduler, wakeup
 from scheduler_app.models import Status
@@ -23,8 +25,97 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def no_redis(settings):
     settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "REDIS_URL": None}
+    wakeup._sender.reset()  # no wake-up sent yet: the next trigger carries one
     yield
-    wakeup._sender.flush()  # closes the sender's connection before the test database goes
+    wakeup._sender.flush()
+
+
+@pytest.fixture
+def heard():
+    """The channel's notifications in the order of their commits, from a connection of the test's
+    own: ``heard()`` is the next one's payload, or None after 5 s."""
+    listening = notify.connect()
+    listening.execute(f"LISTEN {notify.CHANNEL}")
+    received: deque[str] = deque()
+
+    def next_payload() -> str | None:
+        deadline = time.monotonic() + 5
+        while not received and (left := deadline - time.monotonic()) > 0:
+            # Each read takes every notification that arrived together (stop_after would drop some).
+            received.extend(n.payload for n in listening.notifies(timeout=min(left, 0.2)))
+        return received.popleft() if received else None
+
+    yield next_payload
+    listening.close()
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """The wake-ups the sender thread sends on connections of their own (still sent)."""
+    sends: list[float] = []
+    send = notify.SENDER.send
+
+    def counted() -> None:
+        sends.append(time.monotonic())
+        send()
+
+    monkeypatch.setattr(notify.SENDER, "send", counted)
+    return sends
+
+
+def marker(payload: str) -> None:
+    """A notification committed now, to tell what came before it."""
+    with notify.connect() as other:
+        other.execute(f"NOTIFY {notify.CHANNEL}, '{payload}'")
+
+
+def test_a_trigger_carries_its_wake_up_which_postgresql_delivers_at_its_commit(heard, sent):
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    with transaction.atomic():
+        scheduler.trigger("report")
+        marker("committed while the trigger was not")
+    assert heard() == "committed while the trigger was not"
+    assert heard() == ""  # the trigger's, at its commit
+    assert sent == []
+
+
+def test_a_trigger_rolled_back_wakes_no_runner(heard, sent):
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    with pytest.raises(RuntimeError), transaction.atomic():
+        scheduler.trigger("report")
+        raise RuntimeError("rolled back")
+    marker("after the rollback")
+    assert heard() == "after the rollback"
+    assert sent == []
+
+
+def test_the_end_of_a_stream_is_woken_by_the_sender_thread(heard, sent):
+    """The second trigger comes within the spacing of the first's carried wake-up and no trigger
+    follows it: the thread sends one for it, on a connection of its own."""
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    scheduler.trigger("report")
+    carried = time.monotonic()
+    scheduler.trigger("report", idempotency_key="second")
+    assert heard() == ""
+    assert heard() == ""
+    assert len(sent) == 1 and sent[0] >= carried + wakeup.SPACING
+
+
+def test_a_stream_is_woken_by_its_own_statements(heard, sent, monkeypatch):
+    """A wake-up carried by a later trigger covers those asked for before it: the thread sends none."""
+    monkeypatch.setattr(wakeup, "SPACING", 0.5)
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    scheduler.trigger("report")
+    carried = time.monotonic()
+    scheduler.trigger("report", idempotency_key="second")  # within the spacing: asks the thread
+    wait_for(lambda: time.monotonic() >= carried + wakeup.SPACING)
+    scheduler.trigger("report", idempotency_key="third")  # carries one, before the thread sends
+    assert [heard(), heard()] == ["", ""]
+    # The thread decides at 1.2 spacings after the first: well past it, it has sent nothing.
+    wait_for(lambda: time.monotonic() >= carried + 3 * wakeup.SPACING)
+    marker("later")
+    assert heard() == "later"
+    assert sent == []
 
 
 def test_a_trigger_wakes_a_runner_whose_next_tick_is_far_off(running):

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from scheduler_app import scheduler
+from scheduler_app import scheduler, wakeup
 from scheduler_app.runner import claims
 from tests.factories import definition
 from tests.test_partial_indexes import numbered, plan_nodes, scans_of
@@ -35,6 +35,7 @@ def prepared() -> list[str]:
 
 
 def trigger_and_claim(clock) -> list[str]:
+    wakeup._sender.reset()  # no wake-up sent yet: the first trigger carries one
     scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=5))
     for n in range(3):
         scheduler.trigger("report", params={"n": n})
@@ -47,7 +48,9 @@ def test_triggers_and_claims_are_prepared_by_default_and_each_once(clock):
     statements = trigger_and_claim(clock)
     inserts = [s for s in statements if s.startswith("WITH t AS") and "INSERT INTO" in s]
     takes = [s for s in statements if s.startswith("WITH u AS (UPDATE")]
-    assert (len(inserts), len(takes)) == (1, 1)
+    # The trigger's statement has two texts: with the wake-up it carries (the first), and without.
+    assert sorted("pg_notify" in s for s in inserts) == [False, True]
+    assert len(takes) == 1
     assert any("FOR UPDATE OF e SKIP LOCKED" in s for s in statements)
 
 

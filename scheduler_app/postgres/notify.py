@@ -1,8 +1,9 @@
 """Wake-ups through PostgreSQL's LISTEN/NOTIFY, for runners on PostgreSQL without Redis.
 
-A trigger asks ``wakeup.notify`` for a wake-up; a thread of the process sends ``NOTIFY`` on a
-short-lived connection once the trigger has committed, so the trigger never waits for it, and
-runners ``LISTEN`` on a connection of their own. Like Redis, it only speeds things up: a lost
+A trigger's own statement carries a wake-up (``pg_notify``, delivered at its commit) when none
+went out for ``wakeup.SPACING``; otherwise it asks ``wakeup.notify`` for one, and a thread of
+the process sends ``NOTIFY`` on a short-lived connection unless a later trigger carried one, so
+the trigger never waits for it. Runners ``LISTEN`` on a connection of their own. Like Redis, it only speeds things up: a lost
 notification is found by the next tick.
 
 Not used behind a transaction-mode pooler (``DISABLE_SERVER_SIDE_CURSORS``): LISTEN needs a

@@ -70,9 +70,9 @@ class PostgresStatements(Statements):
         return scheduled.insert(rows, node, now)
 
     def insert_manual(
-        self, execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime
+        self, execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime, wake: bool
     ) -> bool:
-        return trigger.insert_manual(execution, caller_params, reason, now)
+        return trigger.insert_manual(execution, caller_params, reason, now, wake)
 
     def insert_manual_many(
         self,

@@ -24,6 +24,7 @@ from django.db.models import Field
 from scheduler_app import journal
 from scheduler_app.models import Execution, ExecutionEvent, Status, Task, TriggerType
 from scheduler_app.postgres import binding
+from scheduler_app.postgres.notify import CHANNEL
 
 FROM_TASK = {
     "task_revision": "t.revision",
@@ -106,9 +107,11 @@ def _inserts(per_row: dict[str, str], rows: str, returned: str, conflict: str) -
 
 
 @cache
-def _statement() -> str:
+def _statement(wake: bool) -> str:
     inserts = _inserts({}, "t", ", ".join(RETURNED), " ON CONFLICT DO NOTHING")
-    return f"WITH {inserts} SELECT {', '.join(RETURNED)} FROM e"
+    # The runners' wake-up, for the row inserted: PostgreSQL delivers it when the trigger commits.
+    notify = f", pg_notify('{CHANNEL}', '')" if wake else ""
+    return f"WITH {inserts} SELECT {', '.join(RETURNED)}{notify} FROM e"
 
 
 # Per row of a batch: its occurrence id, key, payload hash and params, from unnest()ed arrays.
@@ -154,8 +157,11 @@ def _only_occurrence_id() -> list[str]:
     ]
 
 
-def insert_manual(execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime) -> bool:
-    """Insert ``execution`` (its task columns filled from the task row) and its creation event.
+def insert_manual(
+    execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime, wake: bool
+) -> bool:
+    """Insert ``execution`` (its task columns filled from the task row) and its creation event, and
+    with ``wake`` send the runners' wake-up (``postgres/notify.py``) when it commits.
 
     ``execution`` is a new manual trigger: only its FROM_CALLER columns differ from the
     defaults, and it is created and updated at ``now``. True and ``execution`` completed
@@ -167,11 +173,11 @@ def insert_manual(execution: Execution, caller_params: dict[str, Any], reason: s
     values["params"] = Execution._meta.get_field("params").get_db_prep_save(caller_params, connection)
     values["reason"] = reason[: journal.REASON_LENGTH]
     with binding.bound_cursor(connection) as cursor:
-        cursor.execute(_statement(), values)
+        cursor.execute(_statement(wake), values)
         row = cursor.fetchone()
     if row is None:
         return False
-    execution.sequence, execution.task_revision, params, execution.max_attempts = row
+    execution.sequence, execution.task_revision, params, execution.max_attempts = row[: len(RETURNED)]
     # Django has psycopg hand jsonb over as text, for the field to decode.
     execution.params = json.loads(params) if isinstance(params, str) else params
     execution._state.adding = False

@@ -203,10 +203,11 @@ class Statements:
     # -- a manual trigger ---------------------------------------------------------------------
 
     def insert_manual(
-        self, execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime
+        self, execution: Execution, caller_params: dict[str, Any], reason: str, now: datetime, wake: bool
     ) -> bool:
         """Insert a manual trigger's execution and event in one statement, where there is one; False
-        (nothing written) sends the caller to the ORM path, which tells the refusals apart."""
+        (nothing written) sends the caller to the ORM path, which tells the refusals apart. ``wake``:
+        the statement also sends the runners' wake-up, at its commit (``wakeup.carry``)."""
         return False
 
     def insert_manual_many(
