@@ -150,12 +150,16 @@ class _Sender:
             pending.wait()
             with self._sending:
                 pending.clear()
-                # Past the spacing by a fifth: time for the next trigger of a stream to carry it.
-                time.sleep(max(0.0, self._sent_at + SPACING * 1.2 - time.monotonic()))
-                if self._sent_at > self._requested_at:
-                    continue
-                self._sent_at = time.monotonic()
-                _publish()
+                self._send_unless_covered()
+
+    def _send_unless_covered(self) -> None:
+        """Send the wake-up asked for, unless one sent or carried since the last request covers it."""
+        # Past the spacing by a fifth: time for the next trigger of a stream to carry it.
+        time.sleep(max(0.0, self._sent_at + SPACING * 1.2 - time.monotonic()))
+        if self._sent_at > self._requested_at:
+            return
+        self._sent_at = time.monotonic()
+        _publish()
 
     def flush(self) -> None:
         """Send a wake-up still pending, after the one under way (at exit, and before a test
@@ -165,6 +169,7 @@ class _Sender:
         try:
             if self.pending.is_set():
                 self.pending.clear()
+                self._sent_at = time.monotonic()  # the thread, woken by it meanwhile, sends no other
                 _publish()
         finally:
             self._sending.release()

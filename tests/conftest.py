@@ -9,13 +9,24 @@ from tests import hooks
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _no_wake_up_connection_left(django_db_setup, django_db_blocker) -> Iterator[None]:
-    """On PostgreSQL a wake-up still pending is sent on a connection of its own: send it before the
-    test database is dropped (a session still connected would keep it)."""
+def _no_session_left_on_the_test_database(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """A session still connected to the test database keeps PostgreSQL from dropping it: send a
+    pending wake-up (on a connection of its own) first, then end what a test left behind. The live
+    server of test_admin_browser.py keeps a request thread, and its connection, on the browser's
+    keep-alive socket past the test's end."""
     yield
+    from django.db import connection
+
     from scheduler_app import wakeup
 
     wakeup._sender.flush()
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        connection.close()
 
 
 @pytest.fixture(autouse=True)

@@ -144,3 +144,18 @@ def test_a_forked_child_starts_a_sender_of_its_own(settings):
             os._exit(0 if fresh else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_wake_up_flushed_at_exit_is_not_sent_again_by_the_thread(monkeypatch):
+    """At exit (and before a test database is dropped) flush sends what is pending; the thread, woken
+    for the same request, must not send it again on a connection of its own afterwards."""
+    publishes: list[int] = []  # by thread: an earlier test's sender thread may still publish
+    monkeypatch.setattr(wakeup, "_publish", lambda: publishes.append(threading.get_ident()))
+    sender = wakeup._Sender()
+    # A request the sender's thread was woken for but has not handled yet.
+    sender._pid = os.getpid()
+    sender._requested_at = time.monotonic()
+    sender.pending.set()
+    sender.flush()
+    sender._send_unless_covered()  # what the thread does next
+    assert publishes.count(threading.get_ident()) == 1
