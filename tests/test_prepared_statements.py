@@ -34,8 +34,9 @@ def prepared() -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def trigger_and_claim(clock) -> list[str]:
-    wakeup._sender.reset()  # no wake-up sent yet: the first trigger carries one
+def trigger_and_claim(clock, monkeypatch) -> list[str]:
+    wakeup._sender.reset()  # no wake-up sent yet: the first trigger carries one, the others not
+    monkeypatch.setattr(wakeup, "SPACING", 60.0)
     scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=5))
     for n in range(3):
         scheduler.trigger("report", params={"n": n})
@@ -44,8 +45,8 @@ def trigger_and_claim(clock) -> list[str]:
     return prepared()
 
 
-def test_triggers_and_claims_are_prepared_by_default_and_each_once(clock):
-    statements = trigger_and_claim(clock)
+def test_triggers_and_claims_are_prepared_by_default_and_each_once(clock, monkeypatch):
+    statements = trigger_and_claim(clock, monkeypatch)
     inserts = [s for s in statements if s.startswith("WITH t AS") and "INSERT INTO" in s]
     takes = [s for s in statements if s.startswith("WITH u AS (UPDATE")]
     # The trigger's statement has two texts: with the wake-up it carries (the first), and without.
@@ -54,14 +55,14 @@ def test_triggers_and_claims_are_prepared_by_default_and_each_once(clock):
     assert any("FOR UPDATE OF e SKIP LOCKED" in s for s in statements)
 
 
-def test_nothing_is_prepared_behind_a_transaction_pooler(clock):
+def test_nothing_is_prepared_behind_a_transaction_pooler(clock, monkeypatch):
     connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True
-    assert trigger_and_claim(clock) == []
+    assert trigger_and_claim(clock, monkeypatch) == []
 
 
 @override_settings(SCHEDULER_APP={"PREPARED_STATEMENTS": False})
-def test_nothing_is_prepared_when_the_setting_says_so(clock):
-    assert trigger_and_claim(clock) == []
+def test_nothing_is_prepared_when_the_setting_says_so(clock, monkeypatch):
+    assert trigger_and_claim(clock, monkeypatch) == []
 
 
 def plans(start: str) -> tuple[int, int]:
