@@ -11,9 +11,9 @@ from tests import hooks
 @pytest.fixture(scope="session", autouse=True)
 def _no_session_left_on_the_test_database(django_db_setup, django_db_blocker) -> Iterator[None]:
     """A session still connected to the test database keeps PostgreSQL from dropping it: send a
-    pending wake-up (on a connection of its own) first, then end what a test left behind. The live
-    server of test_admin_browser.py keeps a request thread, and its connection, on the browser's
-    keep-alive socket past the test's end."""
+    pending wake-up (on a connection of its own) first, then end what a test left behind. One
+    opened during test_admin_browser.py's tests (its last statements an admin page's, not from the
+    test's own connection) stays open past them; which thread or context holds it is not known."""
     yield
     from django.db import connection
 
