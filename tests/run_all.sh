@@ -82,7 +82,9 @@ echo "== the other supported combinations (nox -t older; log: tests/artifacts/no
 if wait "$NOX_PID"; then
     grep -E "^nox > (Session|Ran)|^[0-9]+ passed" tests/artifacts/nox.log || true
 else
-    tail -n 60 tests/artifacts/nox.log
+    # Each failed test's traceback and the short summaries (FAILED/ERROR lines), then the sessions.
+    awk '/^=+ (FAILURES|ERRORS) =+$/ {show = 1} /^=+ (short test summary info|warnings summary) =+$/ {show = 0}
+         /^(FAILED|ERROR) / || /^nox > Running session/ || show' tests/artifacts/nox.log | head -n 400
     grep -E "^nox > (Session|Ran)" tests/artifacts/nox.log || true
     status=1
 fi
