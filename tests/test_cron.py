@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import calendar
-import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import cache
@@ -464,12 +463,8 @@ def test_fire_times_and_count() -> None:
         (LORD_HOWE, utc(2026, 9, 30, 13, 30), utc(2026, 10, 31, 13), 31 * 1440 - 30),
     ],
 )
-def test_count_every_minute_for_a_month_is_fast(
-    zone: str, after: datetime, until: datetime, expected: int
-) -> None:
-    started = time.perf_counter()
+def test_count_every_minute_for_a_month(zone: str, after: datetime, until: datetime, expected: int) -> None:
     assert cron.count_fire_times("* * * * *", zone, after, until) == expected
-    assert time.perf_counter() - started < 0.5
 
 
 # ---------------------------------------------------------------------------

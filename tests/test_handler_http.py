@@ -237,13 +237,13 @@ def test_a_dripping_body_is_cut_at_the_deadline(clock, server, path):
     execution.refresh_from_db()
     assert execution.status == Status.FAILED
     assert execution.error == {"code": "scheduler:025", "message": "No complete response within 1 s."}
-    assert elapsed < 1 + 3
+    assert elapsed < 10  # the drip would last 200 s
 
 
 def test_a_server_that_never_answers_is_cut_at_the_deadline(server):
     started = time.monotonic()
     assert failure(url=server.url("/hang"), timeout=0.5) == "No complete response within 0.5 s."
-    assert time.monotonic() - started < 0.5 + 3
+    assert time.monotonic() - started < 10  # the server would hang for 30 s
 
 
 # -- size limits, with flat memory ----------------------------------------------
@@ -576,7 +576,7 @@ def test_cancellation_aborts_a_request_in_flight_promptly(server, path):
 
     threading.Thread(target=cancel_once_the_request_arrives, daemon=True).start()
     assert run_direct(cancelled=cancelled, url=server.url(path), timeout=60) is None
-    assert time.monotonic() - cancelled_at[0] < 3
+    assert time.monotonic() - cancelled_at[0] < 10  # not the 60 s timeout, nor the server's 30 s
 
 
 def test_an_attempt_cancelled_before_it_starts_sends_nothing(server):
