@@ -9,24 +9,13 @@ from tests import hooks
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _no_session_left_on_the_test_database(django_db_setup, django_db_blocker) -> Iterator[None]:
-    """A session still connected to the test database keeps PostgreSQL from dropping it: send a
-    pending wake-up (on a connection of its own) first, then end what a test left behind. One
-    opened during test_admin_browser.py's tests (its last statements an admin page's, not from the
-    test's own connection) stays open past them; which thread or context holds it is not known."""
+def _no_wake_up_pending_at_the_end(django_db_setup) -> Iterator[None]:
+    """Send a wake-up still pending now: the process's sender thread would otherwise connect to the
+    test database on its own while Django drops it, which PostgreSQL refuses for a database in use."""
     yield
-    from django.db import connection
-
     from scheduler_app import wakeup
 
     wakeup._sender.flush()
-    if connection.vendor == "postgresql":
-        with django_db_blocker.unblock(), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-        connection.close()
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +52,8 @@ def running():
         options.setdefault("tick_interval", 0.05)
         options.setdefault("lease_seconds", 30)
         options.setdefault("workers", 2)
-        runner = SchedulerLoop(node_id="worker-test", drain_seconds=10, **options)
+        options.setdefault("drain_seconds", 10)
+        runner = SchedulerLoop(node_id="worker-test", **options)
         thread = threading.Thread(target=runner.run, daemon=True, name=RUNNER_THREAD)
         thread.start()
         started.append((runner, thread))

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 from django.utils import timezone
 
 from scheduler_app import scheduler
@@ -66,6 +67,10 @@ def browser_page(live_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[
             yield Browsed(page, live_server.url)
         finally:
             browser.close()
+            # Django keeps a connection per context, and the ORM calls made inside Playwright's
+            # sync API ran in its own: close those here, where they are seen, or their database
+            # session outlives the test.
+            connections.close_all()
 
 
 class Browsed:
