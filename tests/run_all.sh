@@ -84,7 +84,7 @@ if wait "$NOX_PID"; then
 else
     # Each failed test's traceback and the short summaries (FAILED/ERROR lines), then the sessions.
     awk '/^=+ (FAILURES|ERRORS) =+$/ {show = 1} /^=+ (short test summary info|warnings summary) =+$/ {show = 0}
-         /^(FAILED|ERROR) / || /^nox > Running session/ || show' tests/artifacts/nox.log | head -n 400
+         /^(FAILED|ERROR) / || /^nox > Running session/ || show' tests/artifacts/nox.log | head -n 400 || true
     grep -E "^nox > (Session|Ran)" tests/artifacts/nox.log || true
     status=1
 fi
