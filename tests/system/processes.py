@@ -56,7 +56,11 @@ class CommandProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-            raise
+            self._reader.join(5)
+            raise AssertionError(
+                f"{' '.join(self.process.args[3:])} did not exit within {timeout} s of SIGTERM; its stderr:\n"
+                + self.output()[-4000:]
+            ) from None
 
     def kill(self) -> None:
         if self.process.poll() is None:
