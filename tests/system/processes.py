@@ -54,9 +54,7 @@ class CommandProcess:
         try:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            self._reader.join(5)
+            self.kill()
             raise AssertionError(
                 f"{' '.join(self.process.args[3:])} did not exit within {timeout} s of SIGTERM; its stderr:\n"
                 + self.output()[-4000:]
