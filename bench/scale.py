@@ -10,7 +10,11 @@ in the audit trail:
   0.5 % interrupted, 0.1 % discarded, one in 16,000 unknown, 2 % triggered by hand), each with
   --events events (created, claimed, started, ended; 2 keeps the last two) and one log row.
   Filled by SQL (INSERT ... SELECT generate_series) with the tables' secondary indexes dropped
-  and built again afterwards, then VACUUM ANALYZE; the seconds each step took are printed.
+  and built again afterwards, then VACUUM ANALYZE; then the most recent --recent of the
+  executions (5 %) with their events and logs, inserted with every index in place: the rows a
+  running journal gained since autovacuum's last turn (--recent 0: W1 right after a vacuum of the
+  whole journal, whose every event row goes to a gap the vacuum recorded in an old page).
+  The seconds each step took are printed.
 
 Measured on both, the figures of the filled one beside the empty one's:
 
@@ -19,7 +23,10 @@ Measured on both, the figures of the filled one beside the empty one's:
 2. W1: --w1-tasks tasks due at the same minute, run by two `run_scheduler` processes with every
    setting at its default (the no-op hook of bench/noop_hook.py): due-to-start p50 and p99 and
    duplicates. The passes alternate empty, filled, --repeat times; medians are compared. The
-   W1 tasks, their executions, events and logs are deleted after each pass.
+   W1 tasks, their executions, events and logs are deleted after each pass. For each pass: the
+   blocks read from outside PostgreSQL's buffers, the WAL and its full-page images, the indexes
+   that read most, the relations whose pages the WAL wrote whole most often (pg_walinspect), and
+   the statements that took the most time.
 3. Admin: server time of the execution list (default view, ?status=unknown, a task's executions:
    ?task_id=<task id>), the task list, the task
    changes, the dashboard (the app index), and a few more pages, with django.test.Client in
@@ -40,7 +47,8 @@ under 100 ms.
 Run (from the repository root; at full size about 10 minutes of generation and 15 of
 measurements, and 10 GB of disk under the temporary directory):
 
-    .venv/bin/python bench/scale.py [--tasks 100000] [--executions 5000000] [--w1-tasks 1000] [--repeat 2]
+    .venv/bin/python bench/scale.py [--tasks 100000] [--executions 5000000] [--recent 0.05] [--w1-tasks 1000]
+                                    [--repeat 2]
                                     [--shared-buffers 1GB] [--setting wal_compression=lz4 ...]
 
 A quick check: --tasks 2000 --executions 50000 --w1-tasks 100 --repeat 1 --requests 2.
@@ -229,24 +237,76 @@ def bulk_load(keep_primary_keys: tuple[str, ...]) -> Iterator[dict[str, float]]:
             for table in journal:
                 cursor.execute(f"VACUUM (ANALYZE) {table}")
             timings["vacuum_analyze"] = time.perf_counter() - began
-            began = time.perf_counter()
-            cursor.execute("ALTER SYSTEM RESET max_wal_size")
-            cursor.execute("ALTER SYSTEM RESET checkpoint_timeout")
-            cursor.execute("SELECT pg_reload_conf()")
-            cursor.execute("CHECKPOINT")
-            timings["checkpoint"] = time.perf_counter() - began
 
 
-def fill_journal(executions: int, tasks: int, days: int, events: int) -> dict[str, Any]:
-    """The filled database's journal: executions, their events and log rows; seconds per step."""
+def checkpoint() -> float:
+    """Put the server's WAL settings back (bulk_load raised them) and checkpoint; its seconds."""
+    from django.db import connection
+
+    began = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER SYSTEM RESET max_wal_size")
+        cursor.execute("ALTER SYSTEM RESET checkpoint_timeout")
+        cursor.execute("SELECT pg_reload_conf()")
+        cursor.execute("CHECKPOINT")
+    return time.perf_counter() - began
+
+
+def fill_journal(executions: int, tasks: int, days: int, events: int, recent: float) -> dict[str, Any]:
+    """The filled database's journal: executions, their events and log rows; seconds per step.
+
+    The oldest rows are loaded without the secondary indexes, which are then built, and the tables
+    vacuumed; the most recent ``recent`` of the executions (with their events and logs) are then
+    inserted with every index in place, as rows written since autovacuum's last turn (PostgreSQL
+    vacuums an insert-only table after it grew by a fifth). Those inserts also use up the small gaps
+    that the vacuum recorded in the pages of the event table, as a running journal's inserts do:
+    just after a vacuum (--recent 0), each new event row goes to a different old page."""
+    from django.db import connection
+
+    t = tables()
+    began = time.perf_counter()
+    seconds: dict[str, float] = {}
+    older = executions - round(executions * recent)
+    with bulk_load((t["execution"], t["event"])) as rebuilt:
+        seconds.update(insert_history(1, older, executions, tasks, days, events))
+    seconds.update(rebuilt)
+    if older < executions:
+        step = time.perf_counter()
+        insert_history(older + 1, executions, executions, tasks, days, events)
+        seconds["recent"] = time.perf_counter() - step
+    seconds["checkpoint"] = checkpoint()
+    seconds["total"] = time.perf_counter() - began
+    with connection.cursor() as cursor:
+        counts = {}
+        for key in ("execution", "event", "log"):
+            cursor.execute(f"SELECT count(*) FROM {t[key]}")
+            counts[key] = cursor.fetchone()[0]
+        cursor.execute(f"SELECT status, count(*) FROM {t['execution']} GROUP BY status ORDER BY 2 DESC")
+        statuses = dict(cursor.fetchall())
+        cursor.execute("SELECT pg_database_size(current_database())")
+        size = cursor.fetchone()[0]
+    return {
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "rows": counts,
+        "statuses": statuses,
+        "database_gb": round(size / 1e9, 2),
+    }
+
+
+def insert_history(
+    first: int, last: int, executions: int, tasks: int, days: int, events: int
+) -> dict[str, float]:
+    """Executions ``first`` to ``last`` of the journal's ``executions`` (the n-th ended at
+    (now - days) + n * (days / executions)), with their events and log rows; seconds per step."""
     from django.db import connection
 
     from scheduler_app.models import log_id
 
     t = tables()
-    began = time.perf_counter()
     seconds: dict[str, float] = {}
-    with bulk_load((t["execution"], t["event"])) as rebuilt, connection.cursor() as cursor:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT coalesce(max(sequence), 0) FROM {t['execution']}")
+        boundary = cursor.fetchone()[0]
         step = time.perf_counter()
         # n-th execution: ended at (now - days) + n * (days / executions); its task from a
         # golden-ratio sequence, squared: the first tasks have thousands, the last a handful.
@@ -272,8 +332,8 @@ def fill_journal(executions: int, tasks: int, days: int, events: int) -> dict[st
             "   CASE WHEN n %% 16000 = 7 THEN 'unknown' WHEN n %% 100 < 3 THEN 'failed'"
             "    WHEN n %% 200 = 3 THEN 'interrupted' WHEN n %% 1000 = 4 THEN 'discarded'"
             "    ELSE 'success' END AS status"
-            "  FROM generate_series(1, %s) AS n) AS s",
-            [tasks, days, days, executions, executions],
+            "  FROM generate_series(%s, %s) AS n) AS s",
+            [tasks, days, days, executions, first, last],
         )
         seconds["executions"] = time.perf_counter() - step
         step = time.perf_counter()
@@ -291,8 +351,8 @@ def fill_journal(executions: int, tasks: int, days: int, events: int) -> dict[st
             "  (2, 'pending', 'claimed', 'claimed', interval '10 milliseconds'),"
             "  (3, 'claimed', 'running', 'started', interval '20 milliseconds'),"
             "  (4, 'running', NULL, NULL, interval '1 second')) AS m(k, f, t, r, after)"
-            " WHERE m.k > 4 - %s",
-            [events],
+            " WHERE e.sequence > %s AND m.k > 4 - %s",
+            [boundary, events],
         )
         seconds["events"] = time.perf_counter() - step
         step = time.perf_counter()
@@ -300,7 +360,7 @@ def fill_journal(executions: int, tasks: int, days: int, events: int) -> dict[st
         # retention and repair find the rows by their ids.
         cursor.execute("CREATE EXTENSION IF NOT EXISTS pgcrypto")
         cursor.execute(
-            "CREATE FUNCTION pg_temp.uuid5(namespace uuid, name text) RETURNS uuid LANGUAGE sql IMMUTABLE AS"
+            "CREATE OR REPLACE FUNCTION pg_temp.uuid5(namespace uuid, name text) RETURNS uuid LANGUAGE sql IMMUTABLE AS"
             " 'SELECT encode(set_byte(set_byte(h, 6, (get_byte(h, 6) & 15) | 80), 8, (get_byte(h, 8) & 63) | 128),"
             " ''hex'')::uuid FROM (SELECT substring(digest(uuid_send(namespace) || convert_to(name, ''UTF8''),"
             " ''sha1'') FROM 1 FOR 16) AS h) AS d'"
@@ -310,30 +370,15 @@ def fill_journal(executions: int, tasks: int, days: int, events: int) -> dict[st
             " status, result, error, attempt, started_at, finished_at, duration_ms)"
             " SELECT pg_temp.uuid5(occurrence_id, attempt::text), occurrence_id, task_id,"
             " 'Scale ' || ltrim(substr(task_id, 7), '0'), trigger_type, trigger_source, status, result,"
-            f" error, attempt, started_at, finished_at, 980 FROM {t['execution']}"
+            f" error, attempt, started_at, finished_at, 980 FROM {t['execution']} WHERE sequence > %s",
+            [boundary],
         )
         seconds["logs"] = time.perf_counter() - step
         cursor.execute(f"SELECT id, occurrence_id, attempt FROM {t['log']} LIMIT 1")
         stored, occurrence, attempt = cursor.fetchone()
         if stored != log_id(occurrence, attempt):
             raise SystemExit(f"log ids differ from the app's: {stored} for {occurrence}, attempt {attempt}")
-    seconds.update(rebuilt)
-    seconds["total"] = time.perf_counter() - began
-    with connection.cursor() as cursor:
-        counts = {}
-        for key in ("execution", "event", "log"):
-            cursor.execute(f"SELECT count(*) FROM {t[key]}")
-            counts[key] = cursor.fetchone()[0]
-        cursor.execute(f"SELECT status, count(*) FROM {t['execution']} GROUP BY status ORDER BY 2 DESC")
-        statuses = dict(cursor.fetchall())
-        cursor.execute("SELECT pg_database_size(current_database())")
-        size = cursor.fetchone()[0]
-    return {
-        "seconds": {k: round(v, 1) for k, v in seconds.items()},
-        "rows": counts,
-        "statuses": statuses,
-        "database_gb": round(size / 1e9, 2),
-    }
+    return seconds
 
 
 # -- 1. idle tick ------------------------------------------------------------------
@@ -382,6 +427,7 @@ def w1_pass(args: argparse.Namespace, db: DatabaseInfo, number: int) -> dict[str
                 cursor.execute("SELECT pg_stat_statements_reset()")
         io_before = io_counters()
         indexes_before = index_blocks()
+        wal_start = wal_position()
         done = wait_until(lambda: len(read_side_effects(folder)) >= args.w1_tasks, args.timeout, 0.2)
         ours = Execution.objects.filter(sequence__gt=last_sequence)
         wait_until(lambda: not ours.filter(status__in=["pending", "claimed", "running"]).exists(), 30, 0.2)
@@ -390,6 +436,7 @@ def w1_pass(args: argparse.Namespace, db: DatabaseInfo, number: int) -> dict[str
         time.sleep(STATS_SETTLE_SECONDS)
         io = {name: value - io_before[name] for name, value in io_counters().items()}
         io["indexes"] = busiest_indexes(indexes_before, index_blocks())
+        io["wal_by_relation"] = wal_by_relation(wal_start, wal_position())
         top = top_statements() if statements else []
         exit_codes = list(procs.stop_all().values())
         sample = ours.order_by("sequence").first()
@@ -440,6 +487,53 @@ def io_counters() -> dict[str, int]:
         )
         read, hit, fpi, wal = cursor.fetchone()
     return {"blocks_read": read, "blocks_hit": hit, "wal_fpi": fpi, "wal_bytes": int(wal)}
+
+
+def wal_position() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_wal_insert_lsn()::text")
+        return str(cursor.fetchone()[0])
+
+
+BLOCK_REFERENCE = re.compile(r"rel \d+/(\d+)/(\d+) fork (\w+) blk (\d+)( \(FPW\))?")
+
+
+def wal_by_relation(start: str, end: str, limit: int = 8) -> list[dict[str, Any]]:
+    """The relations of this database whose pages the WAL between two positions wrote most
+    full-page images of (pg_walinspect): each one's full-page images and the distinct pages its
+    records changed. [] when pg_walinspect cannot be installed."""
+    from django.db import DatabaseError, connection, transaction
+
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    except DatabaseError:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT oid FROM pg_database WHERE datname = current_database()")
+        database = str(cursor.fetchone()[0])
+        cursor.execute("SELECT relfilenode::text, relname FROM pg_class WHERE relfilenode <> 0")
+        names = dict(cursor.fetchall())
+        cursor.execute(
+            "SELECT block_ref FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn) WHERE block_ref IS NOT NULL",
+            [start, end],
+        )
+        references = [row[0] for row in cursor.fetchall()]
+    images: Counter[str] = Counter()
+    pages: dict[str, set[tuple[str, int]]] = {}
+    for reference in references:
+        for db_oid, node, fork, block, image in BLOCK_REFERENCE.findall(reference):
+            if db_oid != database:
+                continue
+            name = names.get(node, node)
+            pages.setdefault(name, set()).add((fork, int(block)))
+            if image:
+                images[name] += 1
+    rows = [{"relation": name, "fpi": images[name], "pages": len(seen)} for name, seen in pages.items()]
+    rows.sort(key=lambda row: (row["fpi"], row["pages"]), reverse=True)
+    return rows[:limit]
 
 
 def index_blocks() -> dict[str, tuple[int, int]]:
@@ -792,6 +886,12 @@ def main() -> None:
     parser.add_argument(
         "--days", type=int, default=60, help="the journal's executions ended over these last days"
     )
+    parser.add_argument(
+        "--recent",
+        type=float,
+        default=0.05,
+        help="the share of the executions inserted after the vacuum, with the indexes in place (0: none)",
+    )
     parser.add_argument("--w1-tasks", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=2, help="W1 passes on each database, alternating")
     parser.add_argument("--ticks", type=int, default=200)
@@ -827,7 +927,7 @@ def main() -> None:
         filled = stack.enter_context(second_database(empty, FILLED))
         seconds = add_tasks(args.tasks)
         print(f"filled: {args.tasks:,} tasks in {seconds:.1f} s; filling the journal...", flush=True)
-        gen = fill_journal(args.executions, args.tasks, args.days, args.events)
+        gen = fill_journal(args.executions, args.tasks, args.days, args.events, args.recent)
         gen["seconds"]["tasks"] = round(seconds, 1)
         results["generation"] = gen
         print(
@@ -867,6 +967,13 @@ def main() -> None:
                     "    index blocks read/hit: "
                     + ", ".join(f"{i['index']} {i['read']:,}/{i['hit']:,}" for i in io["indexes"])
                 )
+                if io["wal_by_relation"]:
+                    print(
+                        "    full-page images / pages changed: "
+                        + ", ".join(
+                            f"{w['relation']} {w['fpi']:,}/{w['pages']:,}" for w in io["wal_by_relation"]
+                        )
+                    )
                 for q in r["top_statements"][:6]:
                     print(
                         f"    {q['calls']} calls, {q['total_ms']} ms (mean {q['mean_ms']}): {q['sql'][:160]}"
