@@ -252,32 +252,43 @@ def test_the_claim_counts_busy_tasks_without_reading_the_history(clock):
     ]
 
 
+def many_tasks(now) -> None:
+    """4,000 tasks, many-00000 to many-03999, none due."""
+    from scheduler_app.models import Task
+
+    Task.objects.bulk_create(
+        Task(id=f"many-{n:05d}", name=f"many {n}", cron="0 0 1 1 *", next_run_at=now) for n in range(4000)
+    )
+
+
+def unknown_and_due(now, unknown: list[str], due: list[str]) -> None:
+    """One unknown row of each task of ``unknown``, one due pending row of each of ``due``."""
+    Execution.objects.bulk_create(
+        Execution(
+            occurrence_id=uuid.uuid4(),
+            task_id=task_id,
+            trigger_type="manual",
+            status=status,
+            due_at=now,
+            created_at=now,
+            updated_at=now,
+        )
+        for status, task_ids in ((Status.UNKNOWN, unknown), (Status.PENDING, due))
+        for task_id in task_ids
+    )
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="partial indexes are PostgreSQL's")
 def test_the_claim_reads_only_the_slots_and_limits_of_the_due_tasks(clock):
     """With many tasks and a thousand unknown rows of tasks not due, the claim reads neither those
     rows nor those tasks: PostgreSQL once merged the occupying rows with an index read of every
     task (20-75 ms a claim at 100,000 tasks), then read every unknown row of the journal at each
     claim (hundreds in a long history: most of what made W1 slower there, bench/scale.py)."""
-    from scheduler_app.models import Task
     from scheduler_app.postgres.claims import candidates_sql
 
     now = clock.now()
-    Task.objects.bulk_create(
-        Task(id=f"many-{n:05d}", name=f"many {n}", cron="0 0 1 1 *", next_run_at=now) for n in range(4000)
-    )
-    busy = [f"many-{n:05d}" for n in range(0, 4000, 4)]
-    Execution.objects.bulk_create(
-        Execution(
-            occurrence_id=uuid.uuid4(),
-            task_id=task_id,
-            trigger_type="manual",
-            status=Status.UNKNOWN if task_id in busy else Status.PENDING,
-            due_at=now,
-            created_at=now,
-            updated_at=now,
-        )
-        for task_id in [*busy, "many-00001", "many-00002"]
-    )
+    many_tasks(now)
+    unknown_and_due(now, [f"many-{n:05d}" for n in range(0, 4000, 4)], ["many-00001", "many-00002"])
     plan = beside_the_newest_row(
         prepared_plan(candidates_sql(), "timestamptz, integer", [now, 32], generic=False)
     )
@@ -306,28 +317,15 @@ def test_the_claim_looks_unknown_rows_up_by_task_whatever_the_statistics_say(clo
     partial index of unknown rows (naming them occupying but not leased instead only moved the read
     to the index of occupying rows): in one run of bench/scale.py in five, the claim's read of
     candidates took 13-22 ms a call on 5 million executions against 1 ms. Not fixed yet."""
-    from scheduler_app.models import Task
     from scheduler_app.postgres.claims import candidates_sql
 
     now = clock.now()
-    Task.objects.bulk_create(
-        Task(id=f"many-{n:05d}", name=f"many {n}", cron="0 0 1 1 *", next_run_at=now) for n in range(4000)
-    )
+    many_tasks(now)
     fill_history(now, 20000)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")  # statistics that know of no unknown row
-    busy = [f"many-{n:05d}" for n in range(0, 4000, 4)]
-    Execution.objects.bulk_create(
-        Execution(
-            occurrence_id=uuid.uuid4(),
-            task_id=task_id,
-            trigger_type="manual",
-            status=Status.UNKNOWN if task_id in busy else Status.PENDING,
-            due_at=now,
-            created_at=now,
-            updated_at=now,
-        )
-        for task_id in [*busy, *(f"many-{n:05d}" for n in range(1, 400, 4))]
+    unknown_and_due(
+        now, [f"many-{n:05d}" for n in range(0, 4000, 4)], [f"many-{n:05d}" for n in range(1, 400, 4)]
     )
     plan = beside_the_newest_row(
         prepared_plan(candidates_sql(), "timestamptz, integer", [now, 64], generic=False, analyze=False)
