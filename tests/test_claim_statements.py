@@ -199,17 +199,19 @@ def test_the_candidates_pass_over_tasks_whose_leased_and_unknown_rows_fill_their
 
     slots = {"free": (1, []), "leased-full": (1, ["running"]), "unknown-full": (1, ["unknown"])}
     slots |= {"unknown-half": (2, ["unknown"]), "mixed-full": (2, ["unknown", "claimed"])}
+    slots |= {"deleted": (1, ["unknown"])}
     for task_id, (limit, occupying) in slots.items():
         scheduler.register(definition(task_id, cron="0 0 1 1 *", max_concurrency=limit))
         for n, status in enumerate(occupying):
             scheduler.trigger(task_id, idempotency_key=f"busy-{n}")
             Execution.objects.filter(task_id=task_id, idempotency_key=f"busy-{n}").update(status=status)
         scheduler.trigger(task_id, idempotency_key="waiting")
+    scheduler.unregister("deleted")  # its waiting row passes, for the claim to end it
     clock.advance(1)
     with transaction.atomic():
         found = sorted(row.task_id for row in fixed.candidates(clock.now(), 10))
         by_orm = sorted(row.task_id for row in statements.ORM.candidates(clock.now(), 10))
-    assert found == by_orm == ["free", "unknown-half"]
+    assert found == by_orm == ["deleted", "free", "unknown-half"]
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the fixed claim statements are PostgreSQL's")
