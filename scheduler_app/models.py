@@ -99,6 +99,13 @@ class Task(models.Model):
                 name="scheduler_task_paused",
                 where=models.Q(enabled=False),
             ),
+            # The graces tasks set of their own, read at each page of the task list and each status
+            # check (lateness.cutoffs): most tasks keep the setting's, and have no entry.
+            PartialIndex(
+                fields=["misfire_grace_seconds"],
+                name="scheduler_task_grace",
+                where=models.Q(misfire_grace_seconds__isnull=False),
+            ),
         ]
         # Separate from change_task: a handler is code (JavaScript) or a network target (HTTP).
         permissions = [("change_task_handler", "Can change task handlers (JavaScript code, HTTP targets)")]

@@ -458,16 +458,46 @@ def test_a_filtered_task_list_counts_at_most_its_limit_and_the_whole_list_exactl
     with CaptureQueriesContext(connection) as queries:
         page = admin_client.get(TASKS, {"health": "failing"}).content.decode()
     assert '<span class="scheduler-count">more than 3</span>' in page
-    (count,) = [
-        query["sql"].upper()
-        for query in queries
-        if "COUNT(" in query["sql"].upper() and "WHERE" in query["sql"].upper()
-    ]
+    (count,) = [sql.upper() for sql in statements_trying_every_task(queries)]
     assert "LIMIT 4" in count
     assert "COALESCE" not in count  # no column of the list, only what the filter needs
     assert '<span class="scheduler-count">5</span>' in admin_client.get(TASKS).content.decode()
     few = admin_client.get(TASKS, {"health": "failing", "q": "t1"}).content.decode()
     assert '<span class="scheduler-count">1</span>' in few
+
+
+def statements_trying_every_task(queries: CaptureQueriesContext) -> list[str]:
+    """The statements of a task list filtered on failing tasks that try tasks other than the
+    page's, read by their keys."""
+    task = connection.ops.quote_name("scheduler_app_task")
+    by_key = f"{task}.{connection.ops.quote_name('id')} IN ("
+    return [
+        query["sql"]
+        for query in queries
+        if f"FROM {task}" in query["sql"] and "'failed'" in query["sql"] and by_key not in query["sql"]
+    ]
+
+
+@pytest.mark.parametrize("per_page", [100, 1])
+def test_a_filtered_task_list_tries_each_task_once(admin_client, monkeypatch, per_page):
+    """Each task a filter tries costs a read of its history: counted, then read as Django reads a
+    page, a filter few tasks match tried every task twice. The page's tasks are read by the keys
+    the count found, whether the list fits on a page or not."""
+    from scheduler_app.admin.tasks import TaskAdmin
+
+    monkeypatch.setattr(TaskAdmin, "list_per_page", per_page)
+    for index in range(6):
+        scheduler.register(definition(f"t{index}"))
+        make_execution(f"t{index}", "failed" if index in (1, 4) else "success")
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(TASKS, {"health": "failing"})
+    assert [task.id for task in response.context["cl"].result_list] == ["t1", "t4"][:per_page]
+    assert [task.health for task in response.context["cl"].result_list] == ["failing"] * min(per_page, 2)
+    assert len(statements_trying_every_task(queries)) == 1, statements_trying_every_task(queries)
+    second = admin_client.get(TASKS, {"health": "failing", "p": 2})
+    assert [task.id for task in second.context["cl"].result_list] == (
+        ["t4"] if per_page == 1 else ["t1", "t4"]
+    )
 
 
 def test_a_bounded_count_is_counted_from_the_page_shown_so_every_page_can_be_reached(

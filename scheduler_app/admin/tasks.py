@@ -134,10 +134,15 @@ class PauseForm(forms.Form):
 
 
 class TaskChangeList(ChangeList):
-    """The task list, with each listed task's recent runs read in one go."""
+    """The task list, with each listed task's recent runs read in one go, and a filtered list that
+    fits on a page read once (TaskCountPaginator)."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
+        # Django reads a list that fits on one page again, whole: the paginator has read it.
+        whole = self.paginator.whole_list() if isinstance(self.paginator, TaskCountPaginator) else None
+        if whole is not None and not self.multi_page:
+            self.result_list = whole
         runs = task_health.recent_runs([task.id for task in self.result_list])
         for task in self.result_list:
             task.recent = runs.get(task.id, [])

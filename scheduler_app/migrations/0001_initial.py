@@ -321,6 +321,11 @@ class Migration(migrations.Migration):
                         name="scheduler_task_paused",
                         where=models.Q(("enabled", False)),
                     ),
+                    scheduler_app.indexes.PartialIndex(
+                        fields=["misfire_grace_seconds"],
+                        name="scheduler_task_grace",
+                        where=models.Q(("misfire_grace_seconds__isnull", False)),
+                    ),
                 ],
             },
         ),
