@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from functools import reduce
 from operator import or_
 
-from django.db.models import Q
+from django.db.models import DurationField, ExpressionWrapper, F, Q
+from django.db.models.functions import Greatest
 
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.models import Status, Task, held_by_pause
@@ -63,3 +64,9 @@ def start_lag(due_at: datetime, created_at: datetime, started_at: datetime) -> f
     """Seconds from when an execution could first run (its due time, or its creation if later: a
     backfill creates occurrences due long ago) until it started; never negative."""
     return max(0.0, (started_at - max(due_at, created_at)).total_seconds())
+
+
+def start_lag_in_sql() -> ExpressionWrapper:
+    """On Execution: what start_lag works out, as a duration the database computes (a negative one
+    stands for 0): one value a row to read, where three instants cost three conversions."""
+    return ExpressionWrapper(F("started_at") - Greatest("due_at", "created_at"), output_field=DurationField())

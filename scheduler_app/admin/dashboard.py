@@ -156,9 +156,10 @@ def hourly_lag(now: datetime) -> dict[str, Any]:
                 started_at__isnull=False,
             )
             .order_by("-finished_at")
-            .values_list("started_at", "due_at", "created_at")[:LAG_SAMPLE]
+            .annotate(lag=lateness.start_lag_in_sql())
+            .values_list("lag", flat=True)[:LAG_SAMPLE]
         )
-        lags = sorted(lateness.start_lag(due, created, started) for started, due, created in rows if started)
+        lags = sorted(max(0.0, lag.total_seconds()) for lag in rows if lag is not None)
         hours.append(LagHour(start, len(lags), _quantile(lags, 0.5), _quantile(lags, 0.95), x=index * step))
     tallest = max((hour.p95 or 0.0 for hour in hours), default=0.0) or 1.0
 
