@@ -374,6 +374,19 @@ def test_the_claim_looks_unknown_rows_up_by_task_whatever_the_statistics_say(clo
         n["Actual Rows"] + n.get("Rows Removed by Filter", 0) for n in on_journal if n["Actual Loops"] <= 1
     )
     assert once <= 1000  # the journal's unknown rows, at most once
+    # Kept, as a runner keeps its plans (binding.KEPT_PLANS): no join of the candidates with the
+    # unknown rows either.
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+    try:
+        kept = beside_the_newest_row(
+            prepared_plan(candidates_sql(), "timestamptz, integer", [now, 64], generic=True, analyze=False)
+        )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET enable_seqscan")
+    assert [n["Node Type"] for n in kept if "Join" in n["Node Type"] or n["Node Type"] == "Nested Loop"] == []
+    assert "scheduler_execution_unknown" not in {n.get("Index Name") for n in kept}
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="partial indexes are PostgreSQL's")
