@@ -177,6 +177,18 @@ def prepared_plan(
     return plan_nodes(plan)
 
 
+def kept_plan(sql: str, types: str, params: list) -> list[dict]:
+    """The plan a runner keeps for a prepared statement (binding.KEPT_PLANS: generic, made without
+    sequential scans), under the statistics as they are."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+    try:
+        return prepared_plan(sql, types, params, generic=True, analyze=False)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET enable_seqscan")
+
+
 def numbered(sql: str) -> str:
     """``sql`` as it is prepared: its %s placeholders numbered $1, $2, ..."""
     parts = sql.split("%s")
@@ -374,17 +386,8 @@ def test_the_claim_looks_unknown_rows_up_by_task_whatever_the_statistics_say(clo
         n["Actual Rows"] + n.get("Rows Removed by Filter", 0) for n in on_journal if n["Actual Loops"] <= 1
     )
     assert once <= 1000  # the journal's unknown rows, at most once
-    # Kept, as a runner keeps its plans (binding.KEPT_PLANS): no join of the candidates with the
-    # unknown rows either.
-    with connection.cursor() as cursor:
-        cursor.execute("SET enable_seqscan = off")
-    try:
-        kept = beside_the_newest_row(
-            prepared_plan(candidates_sql(), "timestamptz, integer", [now, 64], generic=True, analyze=False)
-        )
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("RESET enable_seqscan")
+    # Kept, as a runner keeps its plans: no join of the candidates with the unknown rows either.
+    kept = beside_the_newest_row(kept_plan(candidates_sql(), "timestamptz, integer", [now, 64]))
     assert [n["Node Type"] for n in kept if "Join" in n["Node Type"] or n["Node Type"] == "Nested Loop"] == []
     assert "scheduler_execution_unknown" not in {n.get("Index Name") for n in kept}
 
@@ -423,13 +426,7 @@ def test_the_claim_takes_its_rows_by_their_key_whatever_the_statistics_say(clock
     indexes = {n["Index Name"] for n in plan if "Index Name" in n}
     assert indexes <= {"scheduler_app_execution_pkey", "scheduler_app_task_pkey"}, indexes
     # Kept, as a runner keeps it once the journal has grown to this (binding.kept_plans).
-    with connection.cursor() as cursor:
-        cursor.execute("SET enable_seqscan = off")
-    try:
-        kept = prepared_plan(_take_sql(), types, params, generic=True, analyze=False)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("RESET enable_seqscan")
+    kept = kept_plan(_take_sql(), types, params)
     indexes = {n["Index Name"] for n in kept if "Index Name" in n}
     assert indexes <= {"scheduler_app_execution_pkey", "scheduler_app_task_pkey"}, indexes
 

@@ -141,7 +141,7 @@ class TaskChangeList(ChangeList):
         super().get_results(request)
         # Django reads a list that fits on one page again, whole: the paginator has read it.
         whole = self.paginator.whole_list() if isinstance(self.paginator, TaskCountPaginator) else None
-        if whole is not None and not self.multi_page:
+        if whole is not None:
             self.result_list = whole
         runs = task_health.recent_runs([task.id for task in self.result_list])
         for task in self.result_list:
