@@ -287,6 +287,63 @@ def test_a_worker_hands_its_outcome_to_the_writer_and_is_free_before_the_commit(
         writer.stop(10)
 
 
+@pytest.mark.parametrize("follows", ["nothing", "hook", "receiver", "delete_after_run", "failed for good"])
+def test_a_worker_runs_what_follows_an_outcome_only_when_something_does(clock, follows):
+    """A success whose log row shared its commit, with no hook, signal receiver, alert or deletion
+    after it, is taken out of flight on the writer's thread: no worker wakes for it. Anything that
+    follows still runs on a worker, after the commit."""
+    from contextlib import nullcontext
+
+    from scheduler_app import signals
+    from scheduler_app.runner import claims
+    from scheduler_app.runner.attempt import Attempt, run_attempt
+    from scheduler_app.runner.writer import JournalWriter
+
+    received = []
+    FINISHED.clear()
+
+    def receiver(sender, event, **kwargs):
+        received.append(event.context.sequence)
+
+    task = {"cron": "0 0 1 1 *", "delete_after_run": follows == "delete_after_run"}
+    scheduler.register(definition(**task))
+    params = {"fail": True} if follows == "failed for good" else {"result": "ran"}
+    execution = scheduler.trigger("report", params=params)
+    (claim,), _ = claims.claim(clock.now(), "node-a", 1, 60)
+    writer = JournalWriter("node-a", clock)
+    follow_ups = []
+    done = threading.Event()
+
+    def follow_up(attempt, work):
+        follow_ups.append(work)
+        done.set()
+
+    if follows == "receiver":
+        signals.task_finished.connect(receiver)
+    try:
+        with finish_hook() if follows == "hook" else nullcontext():
+            assert run_attempt(Attempt(claim, journal=writer, follow_up=follow_up), "node-a", clock)
+            assert done.wait(20)
+            (work,) = follow_ups
+            ended = Status.FAILED if follows == "failed for good" else Status.SUCCESS
+            assert status_of(execution) == ended
+            if follows == "nothing":
+                assert work is None
+                assert claim.execution.status == ended
+                return
+            assert work()
+            assert claim.execution.status == ended
+            assert ([Status.SUCCESS] if follows == "hook" else []) == FINISHED
+            assert received == ([execution.sequence] if follows == "receiver" else [])
+            if follows == "delete_after_run":
+                from scheduler_app.models import Task
+
+                assert not Task.objects.filter(id="report").exists()
+    finally:
+        signals.task_finished.disconnect(receiver)
+        writer.stop(10)
+
+
 def test_stopping_waits_for_what_follows_handed_off_outcomes(monkeypatch):
     from scheduler_app.runner.loop import SchedulerLoop
     from scheduler_app.runner.workers import WorkerPool

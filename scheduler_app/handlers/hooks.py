@@ -31,6 +31,13 @@ def get_hook(name: str) -> Callable[[TaskEvent], Any] | None:
     return hook
 
 
+def hook_follows(name: str, sender: type) -> bool:
+    """Whether calling the hook ``name`` for a task of model ``sender`` would run anything: the
+    hook, or a receiver of its signal."""
+    signal = SIGNALS.get(name)
+    return bool(scheduler_settings.HOOKS.get(name)) or (signal is not None and signal.has_listeners(sender))
+
+
 def call_hook(name: str, event: TaskEvent) -> None:
     """Call a hook and send its signal; errors are the caller's to handle."""
     hook = get_hook(name)

@@ -18,14 +18,15 @@ from scheduler_app.events import ExecutionContext, TaskEvent
 from scheduler_app.exceptions import TaskSkipped
 from scheduler_app.handlers import registry
 from scheduler_app.handlers.base import HandlerError, MissingHandler, Resumable
-from scheduler_app.handlers.hooks import call_hook, notify
-from scheduler_app.models import ChangeAction, ChangeVia, Status, Task
+from scheduler_app.handlers.hooks import call_hook, hook_follows, notify
+from scheduler_app.models import ChangeAction, ChangeVia, Execution, Status, Task
 from scheduler_app.runner import limits
 from scheduler_app.runner.claims import Claim
 from scheduler_app.runner.clock import Clock
 from scheduler_app.runner.recording import (
     EXECUTION_FAILED,
     STOPPED,
+    Answer,
     DirectJournal,
     Finish,
     HandsOff,
@@ -64,9 +65,9 @@ class Attempt:
     returned: bool = False
     abandoned: bool = False
     # Threaded runners: how to run what follows the commit of a handed-off outcome (a worker of
-    # the pool runs it). With it, the worker hands the outcome to the writer and takes its next
-    # attempt at once instead of waiting for the commit.
-    follow_up: Callable[[Attempt, Callable[[], object]], None] | None = None
+    # the pool runs it; None: nothing does). With it, the worker hands the outcome to the writer
+    # and takes its next attempt at once instead of waiting for the commit.
+    follow_up: Callable[[Attempt, Callable[[], object] | None], None] | None = None
     # The outcome was handed to the writer: the runner renews, cancels and counts the attempt no
     # more; it stays in flight until what follows its commit has run.
     handed_off: bool = False
@@ -244,7 +245,7 @@ def run_attempt(attempt: Attempt, node: str, clock: Clock) -> bool:
             attempt,
             outcome,
             Status.RUNNING,
-            lambda answer: follow_up(attempt, lambda: _recorded(attempt, answer.result(), outcome, event)),
+            lambda answer: follow_up(attempt, _after(attempt, answer, outcome, event)),
         )
         return True
     _finish(attempt, node, clock, outcome, from_status=Status.RUNNING, event=event)
@@ -281,6 +282,39 @@ def _finish(
     return _recorded(attempt, answer, outcome, event)
 
 
+def _after(
+    attempt: Attempt, answer: Answer[tuple[Finish, bool, bool]], outcome: Outcome, event: TaskEvent
+) -> Callable[[], object] | None:
+    """On the writer's thread, once a handed-off outcome's commit is answered: what a worker runs
+    after it, or None when nothing does (the log row shared the commit, and no hook, receiver,
+    alert or deletion waits for it), which spares a worker's wake-up per execution."""
+    try:
+        finish, done, log_written = answer.result()
+    except Exception:
+        return lambda: answer.result()  # raised again on the worker, which logs it
+    name = _after_hook(outcome)
+    if not (
+        done
+        and log_written
+        and finish.to_status not in alerts.SIGNALS
+        and not hook_follows(name, type(attempt.claim.task))
+        and not (outcome.status == Status.SUCCESS and attempt.claim.task.delete_after_run)
+    ):
+        return lambda: _recorded(attempt, (finish, done, log_written), outcome, event)
+    _settle(attempt.claim.execution, finish)
+    return None
+
+
+def _settle(execution: Execution, finish: Finish) -> None:
+    """The attempt's copy of its execution, as its recorded outcome left the row."""
+    execution.status = finish.to_status
+    execution.error = finish.fields.get("error", execution.error)
+
+
+def _after_hook(outcome: Outcome) -> str:
+    return "on_task_interrupted" if outcome.status == Status.INTERRUPTED else "on_task_finish"
+
+
 def _recorded(
     attempt: Attempt, answer: tuple[Finish, bool, bool], outcome: Outcome, event: TaskEvent | None
 ) -> bool:
@@ -290,14 +324,13 @@ def _recorded(
     if not done:
         return False
     execution, task = attempt.claim.execution, attempt.claim.task
-    execution.status = finish.to_status
-    execution.error = finish.fields.get("error", execution.error)
+    _settle(execution, finish)
     if not log_written:
         logs.write_and_confirm(execution, [finish.log])
     alerts.ended(execution, finish.to_status, finish.now)
     if event is not None:
         event.log = finish.log
-        notify("on_task_interrupted" if outcome.status == Status.INTERRUPTED else "on_task_finish", event)
+        notify(_after_hook(outcome), event)
         if outcome.status == Status.SUCCESS and task.delete_after_run:
             _delete_after_run(task, execution.owner)
     return True

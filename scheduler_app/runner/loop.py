@@ -633,9 +633,12 @@ class SchedulerLoop:
             if not handed_off:
                 self._forget(attempt)
 
-    def _follow_up(self, attempt: Attempt, work: Callable[[], object]) -> None:
+    def _follow_up(self, attempt: Attempt, work: Callable[[], object] | None) -> None:
         """Called on the writer's thread once a handed-off outcome is committed (or failed): a worker
-        runs what follows, and only then is the attempt out of flight."""
+        runs what follows, and only then is the attempt out of flight (at once when nothing does)."""
+        if work is None:
+            self._forget(attempt)
+            return
 
         def follow() -> None:
             try:
