@@ -55,6 +55,7 @@ def snapshot() -> list[dict[str, Any]]:
             for f in ("task_id", "idempotency_key", "status", "owner", "attempt", "task_revision", "error")
         }
         values["lease"] = row.lease_expires_at and row.lease_expires_at - row.updated_at
+        values["started"] = row.started_at and row.started_at - row.updated_at
         token, sequence = row.execution_token, str(row.sequence)
         # A claim's nonce, then the sequence.
         values["token"] = token and (len(token) - len(sequence), token.endswith(sequence))
@@ -67,8 +68,13 @@ def snapshot() -> list[dict[str, Any]]:
 
 
 def claim_all(clock) -> tuple[list[tuple[str, str | None]], list[str], list[dict[str, Any]]]:
-    taken, ended = claims.claim(clock.now(), "node-a", 10, 60)
-    stored = {e.sequence: e.execution_token for e in Execution.objects.filter(status=Status.CLAIMED)}
+    # The first three taken also started, as for waiting workers: but the one asked to stop.
+    Execution.objects.filter(task_id="two", idempotency_key="b").update(stop_requested=True)
+    taken, ended = claims.claim(clock.now(), "node-a", 10, 60, start=3)
+    assert [c.started for c in taken] == [True, False, True, None]
+    # (the workload's running row of "full" was never claimed: it has no token)
+    leased = Execution.objects.filter(status__in=[Status.CLAIMED, Status.RUNNING]).exclude(execution_token="")
+    stored = {e.sequence: e.execution_token for e in leased}
     assert {c.execution.sequence: c.token for c in taken} == stored
     for c in taken:
         assert c.task == Task.objects.get(id=c.execution.task_id)
@@ -237,3 +243,20 @@ def test_the_rows_the_fixed_statements_read_are_the_models_the_orm_loads(clock):
     row.owner = "someone"
     row.save(update_fields=["owner"])
     assert Execution.objects.get(sequence=row.sequence).owner == "someone"
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the fixed claim statements are PostgreSQL's")
+def test_the_rows_a_claim_starts_are_claimed_and_started_by_one_update(clock):
+    """A start after the claim's UPDATE wrote each row a second time (a row version and index
+    entries more), in a statement more."""
+    from django.test.utils import CaptureQueriesContext
+
+    scheduler.register(definition("three", cron="0 0 1 1 *", max_concurrency=3))
+    for _ in range(3):
+        scheduler.trigger("three")
+    with CaptureQueriesContext(connection) as queries:
+        taken, _ = claims.claim(clock.now(), "node-a", 3, 60, start=2)
+    assert [c.started for c in taken] == [True, True, None]
+    sent = [q["sql"] for q in queries]
+    assert len([sql for sql in sent if 'UPDATE "scheduler_app_execution"' in sql]) == 1, sent
+    assert len(sent) == 6, sent  # BEGIN, the candidates, the tasks, their slots, the update, COMMIT

@@ -474,9 +474,11 @@ def test_the_claim_takes_its_rows_by_their_key_whatever_the_statistics_say(clock
         for _ in range(3000)
     )
     taken = list(Execution.objects.filter(status=Status.PENDING).order_by("sequence")[:2])
-    params = ["claimed", "node", "token", now, now, [row.sequence for row in taken], now]
-    params += ["pending", "claimed", "claimed", "node"]
-    types = "text, text, text, timestamptz, timestamptz, bigint[], timestamptz, text, text, text, text"
+    sequences = [row.sequence for row in taken]
+    params = [sequences[:1], "running", "claimed", "node", "token", now, now, sequences[:1], now, sequences]
+    params += [now, "pending", "claimed", "node", now, "claimed", "running", "node", "running"]
+    types = "bigint[], text, text, text, text, timestamptz, timestamptz, bigint[], timestamptz, bigint[]"
+    types += ", timestamptz, text, text, text, timestamptz, text, text, text, text"
     # Planned at the call, as the runner's loop plans, under the empty journal's statistics.
     plan = prepared_plan(_take_sql(), types, params, generic=False, analyze=False)
     scans, read = scans_of(plan, "scheduler_app_execution")

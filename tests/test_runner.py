@@ -282,20 +282,28 @@ def test_a_claim_the_first_rows_do_not_fill_locks_the_tasks_of_the_rows_after_th
 
 
 def test_a_claim_starts_the_rows_it_is_asked_to_in_its_own_transaction(clock):
-    scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=3))
-    executions = [scheduler.trigger("report") for _ in range(3)]
-    claimed, _ = claims.claim(clock.now(), "node-x", 3, 30, start=2)
-    assert [c.started for c in claimed] == [True, True, None]
-    statuses = [Execution.objects.get(sequence=e.sequence) for e in executions]
-    assert [(row.status, row.started_at) for row in statuses] == [
+    """The first ``start`` rows taken move on to running, but one an operator asked to stop; the
+    claims carry the rows as the database now holds them."""
+    scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=4))
+    executions = [scheduler.trigger("report") for _ in range(4)]
+    Execution.objects.filter(sequence=executions[1].sequence).update(stop_requested=True)
+    claimed, _ = claims.claim(clock.now(), "node-x", 4, 30, start=3)
+    assert [c.started for c in claimed] == [True, False, True, None]
+    rows = [Execution.objects.get(sequence=e.sequence) for e in executions]
+    expected = [
         (Status.RUNNING, clock.now()),
+        (Status.CLAIMED, None),
         (Status.RUNNING, clock.now()),
         (Status.CLAIMED, None),
     ]
+    assert [(row.status, row.started_at) for row in rows] == expected
+    assert [(c.execution.status, c.execution.started_at) for c in claimed] == expected
+    assert [c.execution.execution_token for c in claimed] == [row.execution_token for row in rows]
     assert transitions(executions[0].occurrence_id)[1:] == [
         (Status.PENDING, Status.CLAIMED),
         (Status.CLAIMED, Status.RUNNING),
     ]
+    assert transitions(executions[1].occurrence_id)[1:] == [(Status.PENDING, Status.CLAIMED)]
 
 
 def test_a_scheduled_occurrence_is_built_as_execution_would_build_it_and_stored_whole(clock):

@@ -174,15 +174,21 @@ def test_an_attempt_started_early_and_cancelled_before_its_worker_took_it_ends_w
 
 
 def test_a_claim_whose_start_fails_is_rolled_back_whole(clock, monkeypatch):
+    """The rows a claim starts for waiting workers are claimed and started in its transaction (in
+    one statement on PostgreSQL): a failure after them leaves them pending, with no event."""
     from django.db import DatabaseError
 
     from scheduler_app.runner import claims
     from scheduler_app.statements import journal_statements
 
-    def refuse(self, claimed, node, now):
+    take = type(journal_statements()).take
+
+    def refuse(self, chosen, now, node, lease_until, *, start=0):
+        taken = take(self, chosen, now, node, lease_until, start=start)
+        assert [row.status for row, _ in taken] == [Status.RUNNING]
         raise DatabaseError("the start failed")
 
-    monkeypatch.setattr(type(journal_statements()), "start_batch", refuse)
+    monkeypatch.setattr(type(journal_statements()), "take", refuse)
     scheduler.register(definition(cron="0 0 1 1 *"))
     execution = scheduler.trigger("report")
     with pytest.raises(DatabaseError):
@@ -198,16 +204,17 @@ def test_a_claim_whose_early_start_fails_takes_nothing_and_a_later_claim_runs_th
     from scheduler_app.statements import journal_statements
 
     statements = type(journal_statements())
-    original = statements.start_batch
+    original = statements.take
     refused: list[int] = []
 
-    def fails_once(self, claims, node, now):
-        if not refused:
-            refused.append(len(claims))
+    def fails_once(self, chosen, now, node, lease_until, *, start=0):
+        taken = original(self, chosen, now, node, lease_until, start=start)
+        if not refused and start:
+            refused.append(sum(1 for row, _ in taken if row.status == Status.RUNNING))
             raise DatabaseError("the early start failed")
-        return original(self, claims, node, now)
+        return taken
 
-    monkeypatch.setattr(statements, "start_batch", fails_once)
+    monkeypatch.setattr(statements, "take", fails_once)
     scheduler.register(definition(cron="0 0 1 1 *"))
     running()
     execution = scheduler.trigger("report", params={"result": "ran"}, wait=10)

@@ -51,9 +51,15 @@ class PostgresStatements(Statements):
         return claims.busy(task_ids)
 
     def take(
-        self, chosen: list[tuple[Execution, Task]], now: datetime, node: str, lease_until: datetime
+        self,
+        chosen: list[tuple[Execution, Task]],
+        now: datetime,
+        node: str,
+        lease_until: datetime,
+        *,
+        start: int = 0,
     ) -> list[tuple[Execution, Task]]:
-        return claims.take(chosen, now, node, lease_until)
+        return claims.take(chosen, now, node, lease_until, start=start)
 
     def start_batch(self, claimed: Sequence[Claim], node: str, now: datetime) -> set[int]:
         return batch.start(claimed, node, now)

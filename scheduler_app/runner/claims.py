@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -106,12 +106,12 @@ def claim(
         choice.decide(candidates[:limit])
         if not choice.full():
             choice.decide(candidates[limit:])
-        taken = statements.take(choice.chosen, now, node, lease_until) if choice.chosen else []
+        taken = statements.take(choice.chosen, now, node, lease_until, start=start) if choice.chosen else []
         journal.append(choice.events)
-        claimed = [Claim(row, task, row.execution_token) for row, task in taken]
-        if start > 0 and claimed:
-            started = statements.start_batch(claimed[:start], node, now)
-            claimed[:start] = [replace(c, started=c.execution.sequence in started) for c in claimed[:start]]
+    claimed = [
+        Claim(row, task, row.execution_token, started=row.status == Status.RUNNING if n < start else None)
+        for n, (row, task) in enumerate(taken)
+    ]
     return claimed, choice.ended
 
 

@@ -97,9 +97,17 @@ class Statements:
         return Execution.objects.filter(task_id__in=list(task_ids)).occupying().count_by_task()
 
     def take(
-        self, chosen: list[tuple[Execution, Task]], now: datetime, node: str, lease_until: datetime
+        self,
+        chosen: list[tuple[Execution, Task]],
+        now: datetime,
+        node: str,
+        lease_until: datetime,
+        *,
+        start: int = 0,
     ) -> list[tuple[Execution, Task]]:
-        """Move the chosen pending rows to claimed, each with a fresh token, and append the claim events."""
+        """Move the chosen pending rows to claimed, each with a fresh token, and append the claim
+        events; then the first ``start`` rows taken on to running, as ``start_batch`` would (those
+        asked to stop stay claimed). The rows taken, as they are now."""
         taken = _take(chosen, now, node, lease_until)
         journal.append(
             journal.event(
@@ -107,36 +115,38 @@ class Statements:
             )
             for row, _ in taken
         )
+        if start > 0 and taken:
+            first = [row for row, _ in taken[:start]]
+            started = self._start(
+                [(row.sequence, row.execution_token, row.attempt) for row in first], node, now
+            )
+            for row in first:
+                if row.sequence in started:
+                    row.status, row.started_at = Status.RUNNING, now
         return taken
 
     # -- the journal writer's batches ---------------------------------------------------------
 
     def start_batch(self, claimed: Sequence[Claim], node: str, now: datetime) -> set[int]:
         """claimed -> running for every claim still owned and not asked to stop; the sequences moved."""
+        return self._start([(c.execution.sequence, c.token, c.execution.attempt) for c in claimed], node, now)
+
+    def _start(self, rows: Sequence[tuple[int, str, int]], node: str, now: datetime) -> set[int]:
+        """``start_batch`` of (sequence, token, attempt) rows."""
         with transaction.atomic():
-            current = journal.lock_rows(c.execution.sequence for c in claimed)
-            starts = [
-                c
-                for c in claimed
-                if journal.holds(current.get(c.execution.sequence), c.token, Status.CLAIMED)
-            ]
+            current = journal.lock_rows(sequence for sequence, _, _ in rows)
+            starts = [row for row in rows if journal.holds(current.get(row[0]), row[1], Status.CLAIMED)]
             if starts:
-                Execution.objects.filter(sequence__in=[c.execution.sequence for c in starts]).update(
+                Execution.objects.filter(sequence__in=[sequence for sequence, _, _ in starts]).update(
                     status=Status.RUNNING, started_at=now, updated_at=now
                 )
                 journal.append(
                     journal.event(
-                        c.execution.sequence,
-                        now,
-                        Status.CLAIMED,
-                        Status.RUNNING,
-                        "started",
-                        node=node,
-                        attempt=c.execution.attempt,
+                        sequence, now, Status.CLAIMED, Status.RUNNING, "started", node=node, attempt=attempt
                     )
-                    for c in starts
+                    for sequence, _, attempt in starts
                 )
-        return {c.execution.sequence for c in starts}
+        return {sequence for sequence, _, _ in starts}
 
     def finish_batch(self, finishes: Sequence[Finish], node: str, now: datetime) -> set[int]:
         """Record every planned outcome whose row is still owned, with the log rows that share
