@@ -356,8 +356,9 @@ def insert_history(
         )
         seconds["events"] = time.perf_counter() - step
         step = time.perf_counter()
-        # Log ids as the app makes them (models.log_id: uuid5 of the occurrence and the attempt), so that
-        # retention and repair find the rows by their ids.
+        # Log ids as the app makes them (models.log_id: the execution's sequence in the first 48 bits,
+        # version 8, the other bits those of uuid5 of the occurrence and the attempt), so that retention
+        # and repair find the rows by their ids.
         cursor.execute("CREATE EXTENSION IF NOT EXISTS pgcrypto")
         cursor.execute(
             "CREATE OR REPLACE FUNCTION pg_temp.uuid5(namespace uuid, name text) RETURNS uuid LANGUAGE sql IMMUTABLE AS"
@@ -366,18 +367,28 @@ def insert_history(
             " ''sha1'') FROM 1 FOR 16) AS h) AS d'"
         )
         cursor.execute(
+            "CREATE OR REPLACE FUNCTION pg_temp.log_id(sequence bigint, occurrence uuid, attempt int)"
+            " RETURNS uuid LANGUAGE sql IMMUTABLE AS"
+            " 'SELECT (lpad(to_hex(sequence & 281474976710655), 12, ''0'') || ''8''"
+            " || substr(replace(pg_temp.uuid5(occurrence, attempt::text)::text, ''-'', ''''), 14))::uuid'"
+        )
+        cursor.execute(
             f"INSERT INTO {t['log']} (id, occurrence_id, task_id, task_name, trigger_type, trigger_source,"
             " status, result, error, attempt, started_at, finished_at, duration_ms)"
-            " SELECT pg_temp.uuid5(occurrence_id, attempt::text), occurrence_id, task_id,"
+            " SELECT pg_temp.log_id(sequence, occurrence_id, attempt), occurrence_id, task_id,"
             " 'Scale ' || ltrim(substr(task_id, 7), '0'), trigger_type, trigger_source, status, result,"
             f" error, attempt, started_at, finished_at, 980 FROM {t['execution']} WHERE sequence > %s",
             [boundary],
         )
         seconds["logs"] = time.perf_counter() - step
-        cursor.execute(f"SELECT id, occurrence_id, attempt FROM {t['log']} LIMIT 1")
-        stored, occurrence, attempt = cursor.fetchone()
-        if stored != log_id(occurrence, attempt):
-            raise SystemExit(f"log ids differ from the app's: {stored} for {occurrence}, attempt {attempt}")
+        cursor.execute(
+            f"SELECT pg_temp.log_id(sequence, occurrence_id, attempt), sequence, occurrence_id, attempt"
+            f" FROM {t['execution']} WHERE sequence = %s",
+            [boundary + 1],
+        )
+        made, sequence, occurrence, attempt = cursor.fetchone()
+        if made != log_id(sequence, occurrence, attempt):
+            raise SystemExit(f"log ids differ from the app's: {made} for {occurrence}, attempt {attempt}")
     return seconds
 
 

@@ -4,6 +4,7 @@ read through get_logs."""
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -60,6 +61,42 @@ def broken_log_database():
     del connections["broken"]
 
 
+def test_log_ids_begin_with_their_execution_s_sequence_and_are_the_same_when_written_again(clock):
+    """Log rows of executions created together take neighbouring ids (the pages of one end of the
+    log table's primary key, not one random page each); each id is still a function of the journal
+    row and the attempt, so a repair overwrites the row it rebuilds."""
+    for n in range(6):
+        scheduler.register(
+            definition(f"task-{n}", retry={"max_attempts": 2, "backoff": [0]}, params={"fail": n == 0})
+        )
+    runner = inline_runner(clock)
+    clock.advance(60)
+    for _ in range(5):
+        runner.tick()
+    executions = list(Execution.objects.order_by("sequence"))
+    rows = sorted(ExecutionLog.objects.all(), key=lambda row: row.id.int)
+    assert [row.occurrence_id for row in rows] == [
+        execution.occurrence_id for execution in executions for _ in range(execution.attempt)
+    ]
+    assert [row.attempt for row in rows].count(2) == 1
+    for row in rows:
+        execution = next(e for e in executions if e.occurrence_id == row.occurrence_id)
+        assert row.id.int >> 80 == execution.sequence
+        assert (row.id.version, row.id.variant) == (8, uuid.RFC_4122)
+        assert row.id == log_id(execution.sequence, execution.occurrence_id, row.attempt)
+    first = executions[0]
+    expected = list(ExecutionLog.objects.order_by("attempt").values_list("id", "attempt", "status"))
+    scheduler.executions.repair_log(first.occurrence_id)
+    assert list(
+        ExecutionLog.objects.filter(occurrence_id=first.occurrence_id)
+        .order_by("attempt")
+        .values_list("id", "attempt", "status")
+    ) == [
+        row for row in expected if row[0] in {log_id(first.sequence, first.occurrence_id, a) for a in (1, 2)}
+    ]
+    assert ExecutionLog.objects.count() == len(rows)
+
+
 def test_a_failed_log_write_leaves_the_status_and_marks_pending_then_repair_fixes_it(
     clock, broken_log_database, caplog
 ):
@@ -78,7 +115,7 @@ def test_a_failed_log_write_leaves_the_status_and_marks_pending_then_repair_fixe
     )
     rows = scheduler.executions.repair_log(execution.occurrence_id)
     assert [(row.attempt, row.status, row.result) for row in rows] == [(1, "success", 7)]
-    assert ExecutionLog.objects.get().id == log_id(execution.occurrence_id, 1)
+    assert ExecutionLog.objects.get().id == log_id(execution.sequence, execution.occurrence_id, 1)
     execution.refresh_from_db()
     assert execution.log_persistence == "persisted"
     assert scheduler.executions.list_log_failures() == []
@@ -111,7 +148,7 @@ def test_repair_rebuilds_every_attempt_from_the_journal(clock):
     ExecutionLog.objects.all().delete()
     # A row the journal does not imply (an attempt 0: the execution ran) goes.
     ExecutionLog.objects.create(
-        id=log_id(execution.occurrence_id, 0),
+        id=log_id(execution.sequence, execution.occurrence_id, 0),
         occurrence_id=execution.occurrence_id,
         task_id="report",
         trigger_type="scheduled",

@@ -11,16 +11,13 @@ from django.db import transaction
 
 from scheduler_app import occurrences, schedule
 from scheduler_app.conf import scheduler_settings
-from scheduler_app.logs import log_alias
 from scheduler_app.models import (
     Execution,
-    ExecutionLog,
     MisfirePolicy,
     Overlap,
     Status,
     Task,
     TriggerType,
-    log_id,
     missed_occurrence_id,
     scheduled_occurrence_id,
 )
@@ -145,18 +142,16 @@ def _plural(count: int, word: str) -> str:
 
 
 def warm(instant: datetime) -> None:
-    """Read, before ``instant``, the index pages that the occurrences of the tasks due then will be
-    written to: the journal's occurrence_id index, and the log rows' primary key (their first
-    attempt's log ids). In a journal of millions of rows these indexes are larger than the
-    database's buffers and their keys are random: each insert of the minute would otherwise wait
-    for a read of its own (bench/scale.py). Read-only: nothing is created before its time."""
+    """Read, before ``instant``, the pages of the journal's occurrence_id index that the occurrences
+    of the tasks due then will be written to. In a journal of millions of rows that index is larger
+    than the database's buffers and its keys are random: each insert of the minute would otherwise
+    wait for a read of its own (bench/scale.py). Read-only: nothing is created before its time.
+    The log rows' ids begin with their execution's sequence (models.log_id): they are written to
+    the last pages of their index, which are in the buffers already."""
     due = Task.objects.filter(enabled=True, next_run_at=instant).values_list("id", flat=True)[:WARM_TASKS]
     ids = [scheduled_occurrence_id(task_id, instant) for task_id in due]
-    logged = ExecutionLog.objects.using(log_alias())
     for start in range(0, len(ids), WARM_CHUNK):
-        chunk = ids[start : start + WARM_CHUNK]
-        Execution.objects.filter(occurrence_id__in=chunk).count()
-        logged.filter(id__in=[log_id(occurrence_id, 1) for occurrence_id in chunk]).count()
+        Execution.objects.filter(occurrence_id__in=ids[start : start + WARM_CHUNK]).count()
 
 
 def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, str]], bool]:
