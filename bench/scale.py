@@ -315,7 +315,11 @@ def insert_history(
             " trigger_source, idempotency_key, payload_hash, scheduled_for, due_at, params, status,"
             " attempt, max_attempts, owner, execution_token, lease_expires_at, stop_requested, result,"
             " error, handler_ref, created_at, started_at, finished_at, updated_at, log_persistence)"
-            " SELECT md5('scale|' || n)::uuid, 'scale-' || lpad(k::text, 6, '0'), 1, trigger,"
+            # Occurrence ids shaped as the app's (models.scheduled_occurrence_id, a keyless trigger's
+            # uuid7): the milliseconds of the fire time or creation first, then hashed bits.
+            " SELECT (lpad(to_hex((extract(epoch FROM due) * 1000)::bigint), 12, '0')"
+            "  || '7' || substr(md5('scale|' || n), 14))::uuid,"
+            " 'scale-' || lpad(k::text, 6, '0'), 1, trigger,"
             " CASE WHEN trigger = 'manual' THEN 'admin' ELSE '' END, NULL, '',"
             " CASE WHEN trigger = 'scheduled' THEN due END, due, '{}', status, 1, 1,"
             " 'scale-runner-' || (n %% 4), '', NULL, false, NULL,"
@@ -356,9 +360,9 @@ def insert_history(
         )
         seconds["events"] = time.perf_counter() - step
         step = time.perf_counter()
-        # Log ids as the app makes them (models.log_id: the execution's sequence in the first 48 bits,
-        # version 8, the other bits those of uuid5 of the occurrence and the attempt), so that retention
-        # and repair find the rows by their ids.
+        # Log ids as the app makes them (models.log_id: the first 48 bits of the occurrence id, version
+        # 7, the other bits those of uuid5 of the occurrence and the attempt), so that retention and
+        # repair find the rows by their ids.
         cursor.execute("CREATE EXTENSION IF NOT EXISTS pgcrypto")
         cursor.execute(
             "CREATE OR REPLACE FUNCTION pg_temp.uuid5(namespace uuid, name text) RETURNS uuid LANGUAGE sql IMMUTABLE AS"
@@ -367,27 +371,27 @@ def insert_history(
             " ''sha1'') FROM 1 FOR 16) AS h) AS d'"
         )
         cursor.execute(
-            "CREATE OR REPLACE FUNCTION pg_temp.log_id(sequence bigint, occurrence uuid, attempt int)"
+            "CREATE OR REPLACE FUNCTION pg_temp.log_id(occurrence uuid, attempt int)"
             " RETURNS uuid LANGUAGE sql IMMUTABLE AS"
-            " 'SELECT (lpad(to_hex(sequence & 281474976710655), 12, ''0'') || ''8''"
+            " 'SELECT (left(replace(occurrence::text, ''-'', ''''), 12) || ''7''"
             " || substr(replace(pg_temp.uuid5(occurrence, attempt::text)::text, ''-'', ''''), 14))::uuid'"
         )
         cursor.execute(
             f"INSERT INTO {t['log']} (id, occurrence_id, task_id, task_name, trigger_type, trigger_source,"
             " status, result, error, attempt, started_at, finished_at, duration_ms)"
-            " SELECT pg_temp.log_id(sequence, occurrence_id, attempt), occurrence_id, task_id,"
+            " SELECT pg_temp.log_id(occurrence_id, attempt), occurrence_id, task_id,"
             " 'Scale ' || ltrim(substr(task_id, 7), '0'), trigger_type, trigger_source, status, result,"
             f" error, attempt, started_at, finished_at, 980 FROM {t['execution']} WHERE sequence > %s",
             [boundary],
         )
         seconds["logs"] = time.perf_counter() - step
         cursor.execute(
-            f"SELECT pg_temp.log_id(sequence, occurrence_id, attempt), sequence, occurrence_id, attempt"
+            f"SELECT pg_temp.log_id(occurrence_id, attempt), occurrence_id, attempt"
             f" FROM {t['execution']} WHERE sequence = %s",
             [boundary + 1],
         )
-        made, sequence, occurrence, attempt = cursor.fetchone()
-        if made != log_id(sequence, occurrence, attempt):
+        made, occurrence, attempt = cursor.fetchone()
+        if made != log_id(occurrence, attempt):
             raise SystemExit(f"log ids differ from the app's: {made} for {occurrence}, attempt {attempt}")
     return seconds
 

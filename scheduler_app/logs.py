@@ -78,7 +78,7 @@ def build_log(
     if started_at is not None:
         duration = max(0, int((finished_at - started_at).total_seconds() * 1000))
     return ExecutionLog(
-        id=log_id(execution.sequence, execution.occurrence_id, attempt),
+        id=log_id(execution.occurrence_id, attempt),
         occurrence_id=execution.occurrence_id,
         task_id=execution.task_id,
         task_name=task_name[:200],
@@ -114,10 +114,10 @@ def project(execution: Execution, events: Iterable[ExecutionEvent], task_name: s
     return [rows[attempt] for attempt in sorted(rows)]
 
 
-def ids_of(sequence: int, occurrence_id: uuid.UUID, attempts: int) -> list[uuid.UUID]:
-    """The ids the log rows of an execution that reached ``attempts`` can have: one per attempt, and
+def ids_of(occurrence_id: uuid.UUID, attempts: int) -> list[uuid.UUID]:
+    """The ids the log rows of an occurrence that reached ``attempts`` can have: one per attempt, and
     attempt 0 for an execution ended before it ran."""
-    return [log_id(sequence, occurrence_id, attempt) for attempt in range(attempts + 1)]
+    return [log_id(occurrence_id, attempt) for attempt in range(attempts + 1)]
 
 
 def write(rows: Sequence[ExecutionLog]) -> None:
@@ -174,7 +174,7 @@ def repair(occurrence_id: uuid.UUID) -> list[ExecutionLog]:
         task_name = Task.objects.filter(id=execution.task_id).values_list("name", flat=True).first()
         alias = log_alias()
         stored = ExecutionLog.objects.using(alias).filter(
-            id__in=ids_of(execution.sequence, execution.occurrence_id, execution.attempt)
+            id__in=ids_of(execution.occurrence_id, execution.attempt)
         )
         if task_name is None:
             task_name = stored.values_list("task_name", flat=True).first() or execution.task_id

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from django.db import models
 from django.db.models.base import ModelState
+from django.utils import timezone
 
 from scheduler_app import schedule
 from scheduler_app.indexes import PartialIndex
@@ -227,8 +229,41 @@ class LogPersistence(models.TextChoices):
 UNLOGGED = (LogPersistence.PENDING, LogPersistence.UNCONFIRMED)
 
 
+# Occurrence and log ids (docs/concepts.md, "Occurrence identity"). All but a keyed manual trigger's
+# are UUIDs of version 7: 48 bits of milliseconds since 1970 (a fire time, a manual trigger's
+# creation), then bits of their own. The rows of a burst then take neighbouring keys and go to the
+# last few pages of their unique index; with random keys each went to a page of its own, in an
+# index that outgrows the database's buffers in a journal of millions of rows: a read and a whole
+# page written to the WAL for each row (bench/scale.py). Not version 8: MariaDB's uuid type
+# refuses some of those.
+_TIME_BITS = 48
+_REST_BITS = 128 - _TIME_BITS
+_VERSION_7 = 7 << 76
+_RFC_VARIANT = 0b10 << 62
+_NOT_REST = 0xF << 76 | 0b11 << 62
+_MILLISECOND = timedelta(milliseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _version_7(milliseconds: int, rest: int) -> uuid.UUID:
+    """A UUID of version 7: ``milliseconds`` in its first 48 bits, then the bits of ``rest`` but
+    for its version and variant."""
+    head = (milliseconds % (1 << _TIME_BITS)) << _REST_BITS
+    tail = rest & ((1 << _REST_BITS) - 1) & ~_NOT_REST
+    return uuid.UUID(int=head | tail | _VERSION_7 | _RFC_VARIANT)
+
+
+def _milliseconds(instant: datetime) -> int:
+    return (instant.astimezone(UTC) - _EPOCH) // _MILLISECOND
+
+
+def _named(name: str, instant: datetime) -> uuid.UUID:
+    """The milliseconds of ``instant``, then the bits of uuid5(NAMESPACE, name): the same on every node."""
+    return _version_7(_milliseconds(instant), uuid.uuid5(OCCURRENCE_NAMESPACE, name).int)
+
+
 def scheduled_occurrence_id(task_id: str, scheduled_for: datetime) -> uuid.UUID:
-    return uuid.uuid5(OCCURRENCE_NAMESPACE, f"{task_id}|{_fire_text(scheduled_for)}")
+    return _named(f"{task_id}|{_fire_text(scheduled_for)}", scheduled_for)
 
 
 def _fire_text(fire: datetime) -> str:
@@ -244,33 +279,24 @@ def _fire_text(fire: datetime) -> str:
 def missed_occurrence_id(task_id: str, first: datetime) -> uuid.UUID:
     """The record of fire times skipped by a misfire: an id of its own, so that each skipped fire
     time's own id stays free for a backfill."""
-    return uuid.uuid5(OCCURRENCE_NAMESPACE, f"{task_id}|missed|{_fire_text(first)}")
+    return _named(f"{task_id}|missed|{_fire_text(first)}", first)
 
 
-def manual_occurrence_id(task_id: str, idempotency_key: str | None) -> uuid.UUID:
+def manual_occurrence_id(task_id: str, idempotency_key: str | None, now: datetime | None = None) -> uuid.UUID:
+    """With a key, uuid5: the same key finds the same execution whenever it comes again. Without
+    one, a uuid7 as Python 3.14's uuid.uuid7() makes it: the milliseconds of ``now`` (the
+    execution's creation; by default the current time), then random bits."""
     if idempotency_key is None:
-        return uuid.uuid4()
+        created = timezone.now() if now is None else now
+        return _version_7(_milliseconds(created), int.from_bytes(os.urandom(10)))
     return uuid.uuid5(OCCURRENCE_NAMESPACE, f"{task_id}|manual|{idempotency_key}")
 
 
-# A log id's first 48 bits are its execution's sequence (below).
-_SEQUENCE_BITS = 48
-_HASH_MASK = (1 << (128 - _SEQUENCE_BITS)) - 1
-_VERSION_MASK = 0xF << 76
-
-
-def log_id(sequence: int, occurrence_id: uuid.UUID, attempt: int) -> uuid.UUID:
-    """The id of the log row of an execution's attempt: a UUID of version 8 whose first 48 bits
-    are the execution's sequence and whose other bits are those of ``uuid5(occurrence_id, str(attempt))``.
-
-    Deterministic, so that a log row written again overwrites itself. Ordered by the sequence,
-    so that the log rows of executions created together fall on the same few pages of the log
-    table's primary key: with a random key, each row of a burst went to a page of its own in an
-    index larger than the database's buffers, to be read and written whole to the WAL
-    (bench/scale.py)."""
-    hashed = uuid.uuid5(occurrence_id, str(attempt)).int
-    prefix = (sequence % (1 << _SEQUENCE_BITS)) << (128 - _SEQUENCE_BITS)
-    return uuid.UUID(int=prefix | (hashed & _HASH_MASK & ~_VERSION_MASK) | (8 << 76))
+def log_id(occurrence_id: uuid.UUID, attempt: int) -> uuid.UUID:
+    """The id of the log row of an occurrence's attempt: the first 48 bits of the occurrence id (a
+    time, but for a keyed trigger's), then the bits of uuid5(occurrence_id, str(attempt)).
+    Deterministic, so that a log row written again overwrites itself."""
+    return _version_7(occurrence_id.int >> _REST_BITS, uuid.uuid5(occurrence_id, str(attempt)).int)
 
 
 def built(model: type[M], values: dict[str, Any], *, db: str | None = None) -> M:

@@ -145,7 +145,7 @@ def _delete_batch(cutoff: datetime, batch: int) -> tuple[int, int, int]:
             .only("sequence")
             .delete()
         )
-    ids = [log for sequence, occurrence, attempts in rows for log in ids_of(sequence, occurrence, attempts)]
+    ids = [log for _, occurrence, attempts in rows for log in ids_of(occurrence, attempts)]
     logs = 0
     for start in range(0, len(ids), LOG_IDS_PER_DELETE):
         chunk = ids[start : start + LOG_IDS_PER_DELETE]

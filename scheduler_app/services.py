@@ -500,10 +500,10 @@ class Scheduler:
         delay: float | None = None,
     ) -> tuple[Execution, bool]:
         digest = payload_hash(params)
-        occurrence_id = manual_occurrence_id(task_id, idempotency_key)
         reason = f"triggered by {source}" if source else "triggered"
         with storage_errors():
             now = timezone.now()
+            occurrence_id = manual_occurrence_id(task_id, idempotency_key, now)
             due = now + timedelta(seconds=delay) if delay else max(now, run_at) if run_at else now
             if due > now:
                 reason += f", due {due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"

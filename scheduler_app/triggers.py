@@ -45,7 +45,7 @@ def create_many(
     task_id: str, source: str | None, triggers: list[Trigger], now: datetime
 ) -> list[tuple[Execution, bool]]:
     """The execution of each trigger, in order, and whether this call created it."""
-    order = [manual_occurrence_id(task_id, trigger.idempotency_key) for trigger in triggers]
+    order = [manual_occurrence_id(task_id, trigger.idempotency_key, now) for trigger in triggers]
     planned: dict[uuid.UUID, Execution] = {}
     # The params each trigger gave, apart from those its execution gets merged over the task's.
     callers: dict[uuid.UUID, dict[str, Any]] = {}

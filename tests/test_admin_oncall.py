@@ -398,7 +398,7 @@ def test_the_log_list_of_one_occurrence_shows_each_of_its_attempts(admin_client)
     for execution, attempts in ((retried, (1, 2, 3)), (other, (1,))):
         for attempt in attempts:
             ExecutionLog.objects.create(
-                id=log_id(execution.sequence, execution.occurrence_id, attempt),
+                id=log_id(execution.occurrence_id, attempt),
                 occurrence_id=execution.occurrence_id,
                 task_id="report",
                 trigger_type="scheduled",

@@ -116,7 +116,7 @@ def test_failed_attempts_that_were_retried_count_in_the_attempts_ended(clock):
     occurrence = uuid.uuid4()
     for attempt, status, ago in [(1, "failed", 50), (2, "success", 40)]:
         ExecutionLog.objects.create(
-            id=log_id(1, occurrence, attempt),
+            id=log_id(occurrence, attempt),
             occurrence_id=occurrence,
             task_id="report",
             trigger_type="scheduled",
@@ -126,7 +126,7 @@ def test_failed_attempts_that_were_retried_count_in_the_attempts_ended(clock):
             finished_at=now - timedelta(minutes=ago),
         )
     ExecutionLog.objects.create(
-        id=log_id(2, uuid.uuid4(), 1),
+        id=log_id(uuid.uuid4(), 1),
         occurrence_id=uuid.uuid4(),
         task_id="report",
         trigger_type="scheduled",

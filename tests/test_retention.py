@@ -52,7 +52,7 @@ def journal_row(status: str, ended_days_ago: float | None, now, task_id: str = "
     )
     if ended is not None:
         ExecutionLog.objects.create(
-            id=log_id(execution.sequence, execution.occurrence_id, 1),
+            id=log_id(execution.occurrence_id, 1),
             occurrence_id=execution.occurrence_id,
             task_id=task_id,
             task_name=task_id,
@@ -102,7 +102,7 @@ def test_the_log_rows_of_every_attempt_go(clock):
     Execution.objects.filter(sequence=retried.sequence).update(attempt=3, max_attempts=3)
     for attempt in (2, 3):
         ExecutionLog.objects.create(
-            id=log_id(retried.sequence, retried.occurrence_id, attempt),
+            id=log_id(retried.occurrence_id, attempt),
             occurrence_id=retried.occurrence_id,
             task_id="report",
             trigger_type="manual",

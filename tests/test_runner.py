@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import logging
-import re
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.test import override_settings
-from django.test.utils import CaptureQueriesContext
 
 from scheduler_app import journal, scheduler
 from scheduler_app.models import (
@@ -71,37 +68,6 @@ def test_nothing_runs_before_the_minute(clock):
     clock.advance(59)
     runner.tick()
     assert not Execution.objects.exists()
-
-
-def test_shortly_before_a_due_minute_a_tick_reads_where_its_occurrences_go_and_writes_nothing(clock):
-    for task_id in ("report", "sweep"):
-        scheduler.register(definition(task_id))
-    runner = inline_runner(clock)
-    clock.advance(60 - scheduling.WARM_AHEAD.total_seconds() + 1)
-    with CaptureQueriesContext(connection) as sent:
-        runner.tick()
-    assert not Execution.objects.exists()
-    journal_statements = [
-        q["sql"] for q in sent.captured_queries if re.search(r"[`\"]scheduler_app_execution[`\"]", q["sql"])
-    ]
-    log_statements = [
-        q["sql"]
-        for q in sent.captured_queries
-        if re.search(r"[`\"]scheduler_app_executionlog[`\"]", q["sql"])
-    ]
-    writes = ("INSERT INTO", "UPDATE ", "DELETE FROM")
-    assert not [sql for sql in journal_statements if any(word in sql.upper() for word in writes)]
-    assert not [sql for sql in log_statements if any(word in sql.upper() for word in writes)]
-    minute = T0 + timedelta(minutes=1)
-    for task_id in ("report", "sweep"):
-        occurrence = scheduled_occurrence_id(task_id, minute)
-        assert [sql for sql in journal_statements if occurrence.hex in sql.replace("-", "")]
-    clock.set(minute)
-    runner.tick()
-    assert sorted(Execution.objects.values_list("task_id", "scheduled_for")) == [
-        ("report", minute),
-        ("sweep", minute),
-    ]
 
 
 def test_failures_retry_with_backoff_under_the_same_occurrence(clock):
@@ -365,7 +331,6 @@ def test_the_definition_is_reread_before_each_attempt(clock, change, reason):
     scheduler.register(definition())
     runner = inline_runner(clock)
     clock.advance(60)
-    from scheduler_app.runner import scheduling
 
     scheduling.schedule_due(clock.now(), "node-a")
     if change is None:

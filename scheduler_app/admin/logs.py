@@ -81,10 +81,9 @@ class LogOccurrenceFilter(OccurrenceFilter):
         occurrence_id = super().convert(request, value)
         if occurrence_id is None:
             return None
-        execution = (
-            Execution.objects.filter(occurrence_id=occurrence_id).values_list("sequence", "attempt").first()
-        )
-        return [] if execution is None else ids_of(execution[0], occurrence_id, execution[1])
+        attempts = Execution.objects.filter(occurrence_id=occurrence_id).values_list("attempt", flat=True)
+        reached = attempts.first()
+        return [] if reached is None else ids_of(occurrence_id, reached)
 
 
 class SourceFilter(InputFilter):

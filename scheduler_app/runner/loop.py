@@ -113,7 +113,6 @@ class SchedulerLoop:
         self._next_event: float | None = None
         self._tick_started = 0.0
         self._claimed_nothing = False  # the last tick had due rows and claimed none of them
-        self._warmed: datetime | None = None  # the due instant whose index pages were read ahead
         # Until when (monotonic) a tick may claim without probing first: set by a tick that claimed
         # and left nothing else to do; see _probe_skippable.
         self._claim_without_probe_until = 0.0
@@ -343,9 +342,6 @@ class SchedulerLoop:
         self._anchor = (sent, now)
         instants = (probe.next_run_at, probe.next_due_at, probe.next_lease_expiry, probe.next_resume_at)
         upcoming = [t for t in instants if t and t > now]
-        warm_at = self._warm_ahead(probe.next_run_at, now)
-        if warm_at is not None:
-            upcoming.append(warm_at)
         self._next_event = self._local(min(upcoming)) + EVENT_SLACK if upcoming else None
         worked = False
         # More tasks to resume or to schedule than one tick takes: the next tick probes again.
@@ -390,18 +386,6 @@ class SchedulerLoop:
             self._last_prune = time.monotonic()
             self._prune(now)
         return worked
-
-    def _warm_ahead(self, next_run_at: datetime | None, now: datetime) -> datetime | None:
-        """Read the index pages of the occurrences due at ``next_run_at`` once it is WARM_AHEAD away;
-        until then, when to wake for it."""
-        if next_run_at is None or next_run_at <= now or next_run_at == self._warmed:
-            return None
-        warm_at = next_run_at - scheduling.WARM_AHEAD
-        if warm_at > now:
-            return warm_at
-        self._warmed = next_run_at
-        scheduling.warm(next_run_at)
-        return None
 
     def _probe_skippable(self) -> bool:
         """Whether this tick claims before it probes (when its workers have room), and probes only

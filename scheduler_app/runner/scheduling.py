@@ -19,16 +19,10 @@ from scheduler_app.models import (
     Task,
     TriggerType,
     missed_occurrence_id,
-    scheduled_occurrence_id,
 )
 from scheduler_app.statements import journal_statements
 
 BATCH = 200
-# A runner reads the journal's index pages that a due instant's occurrences will be written to this
-# long before it (warm); the tasks and occurrence ids it reads them for, at most and per statement.
-WARM_AHEAD = timedelta(seconds=3)
-WARM_TASKS = 10_000
-WARM_CHUNK = 1_000
 logger = logging.getLogger("scheduler_app")
 ONE_MICROSECOND = timedelta(microseconds=1)
 
@@ -139,19 +133,6 @@ def _iso(moment: datetime) -> str:
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'s' if count != 1 else ''}"
-
-
-def warm(instant: datetime) -> None:
-    """Read, before ``instant``, the pages of the journal's occurrence_id index that the occurrences
-    of the tasks due then will be written to. In a journal of millions of rows that index is larger
-    than the database's buffers and its keys are random: each insert of the minute would otherwise
-    wait for a read of its own (bench/scale.py). Read-only: nothing is created before its time.
-    The log rows' ids begin with their execution's sequence (models.log_id): they are written to
-    the last pages of their index, which are in the buffers already."""
-    due = Task.objects.filter(enabled=True, next_run_at=instant).values_list("id", flat=True)[:WARM_TASKS]
-    ids = [scheduled_occurrence_id(task_id, instant) for task_id in due]
-    for start in range(0, len(ids), WARM_CHUNK):
-        Execution.objects.filter(occurrence_id__in=ids[start : start + WARM_CHUNK]).count()
 
 
 def schedule_due(now: datetime, node: str) -> tuple[list[tuple[Execution, str, str]], bool]:
