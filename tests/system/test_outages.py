@@ -279,8 +279,11 @@ def test_runners_with_clocks_five_minutes_off_fire_each_minute_on_time(runners):
     for task_id in tasks:
         scheduler.register(definition(task_id, cron="* * * * *", idempotent=False))
     minute = Task.objects.get(id=tasks[0]).next_run_at
-    ahead = runners.start("ahead", "--workers", "2", fault="db_stamp", **skewed("+5m"))
-    behind = runners.start("behind", "--workers", "2", fault="db_stamp", **skewed("-5m"))
+    # Leases of 10 s, not the faulty runners' 2: a lease stamped on a skewed clock would be five
+    # minutes off either way, and a loaded machine (the CI's) stalled a runner past 2 s once, so
+    # that its attempt of a non-idempotent task ended unknown.
+    ahead = runners.start("ahead", "--workers", "2", fault="db_stamp", lease=10, **skewed("+5m"))
+    behind = runners.start("behind", "--workers", "2", fault="db_stamp", lease=10, **skewed("-5m"))
 
     def nothing_early_and_all_done() -> bool:
         rows = list(Execution.objects.values_list("task_id", "scheduled_for", "status"))
