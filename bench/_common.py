@@ -474,6 +474,15 @@ def pg_reset_statements() -> None:
         cursor.execute("SELECT pg_stat_statements_reset()")
 
 
+def statement_line(row: dict[str, Any]) -> str:
+    """One row of pg_top_statements as the scripts print it: total, planning, calls, mean, rows
+    (returned or changed, over all calls) and the statement's start."""
+    return (
+        f"  {row['total_ms']:>9} ms {row['plan_ms']:>8} ms planning {row['calls']:>6} calls"
+        f" {row['mean_ms']:>8} ms/call {row['rows']:>7} rows  {row['query']}"
+    )
+
+
 def pg_top_statements(limit: int) -> list[dict[str, Any]]:
     """The current database's statements that took the most time so far, from pg_stat_statements:
     calls, total and mean milliseconds (executing, and planning where the server tracks it: see

@@ -45,6 +45,7 @@ from _common import (
     pg_stat_statements_ready,
     pg_top_statements,
     private_postgres,
+    statement_line,
     wait_until,
     write_results,
 )
@@ -158,10 +159,7 @@ def main() -> None:
                     f" peak RSS {r['runner_peak_rss_mb']} MB"
                 )
                 for row in r["top_statements"]:
-                    print(
-                        f"  {row['total_ms']:>9} ms {row['plan_ms']:>8} ms planning {row['calls']:>6} calls"
-                        f" {row['mean_ms']:>8} ms/call  {row['query']}"
-                    )
+                    print(statement_line(row))
         for call, runs in passes.items():
             if not runs:
                 continue

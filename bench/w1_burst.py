@@ -45,6 +45,7 @@ from _common import (
     pg_top_statements,
     pg_work,
     private_postgres,
+    statement_line,
     summary,
     wait_until,
     workers_option,
@@ -170,10 +171,7 @@ def main() -> None:
                 f" per execution {r['per_execution']}; CPU ms per execution {r['cpu_ms_per_execution']}"
             )
             for row in r["top_statements"]:
-                print(
-                    f"  {row['total_ms']:>9} ms {row['plan_ms']:>8} ms planning {row['calls']:>6} calls"
-                    f" {row['mean_ms']:>8} ms/call  {row['query']}"
-                )
+                print(statement_line(row))
     write_results("w1_burst", results)
 
 

@@ -63,6 +63,7 @@ from _common import (
     pg_work,
     private_postgres,
     seed_history,
+    statement_line,
     summary,
     wait_until,
     workers_option,
@@ -223,10 +224,7 @@ def main() -> None:
                     f" CPU ms per execution {r['cpu_ms_per_execution']}"
                 )
                 for row in r["top_statements"]:
-                    print(
-                        f"  {row['total_ms']:>9} ms {row['plan_ms']:>8} ms planning {row['calls']:>6} calls"
-                        f" {row['mean_ms']:>8} ms/call  {row['query']}"
-                    )
+                    print(statement_line(row))
             rates = sorted(r["executions_per_second"] or 0.0 for r in runs)
             median = rates[len(rates) // 2]
             results[f"max_concurrency_{concurrency}"] = {
