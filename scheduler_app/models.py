@@ -469,8 +469,8 @@ class ExecutionLog(models.Model):
     """One finished attempt, as users query it: a projection of the journal."""
 
     id = models.UUIDField(primary_key=True)
-    # Not indexed: an occurrence's rows are read by their ids (logs.ids_of), and an index of random
-    # keys would be one more page to read and write for every row a burst writes.
+    # Not indexed: an occurrence's rows are read by their ids (logs.ids_of); an index on it would be
+    # one more entry to write for every row, and a page of its own for each keyed trigger's row.
     occurrence_id = models.UUIDField()
     task_id = models.CharField(max_length=128)
     task_name = models.CharField(max_length=200, blank=True)
