@@ -2,21 +2,25 @@
 
 Every scheduler setting at its default: two `run_scheduler` processes with the default worker
 count, no Redis, Django's default database OPTIONS, a new empty journal. One task (max_concurrency
-32, the no-op hook of bench/noop_hook.py); the producer (this process) creates --occurrences
-occurrences with trigger_many in batches of --batch, while the runners run them. In the same pass,
-on a fresh database, the same number of single trigger() calls give the ratio between the two.
+--concurrency, 32 unless given; the no-op hook of bench/noop_hook.py); the producer (this process)
+creates --occurrences occurrences with trigger_many in batches of --batch, while the runners run
+them. In the same pass, on a fresh database, the same number of single trigger() calls give the
+ratio between the two.
 
 Reported per pass (the median of --repeat passes is printed last):
 
 - created/s: occurrences / seconds spent inside the producer's calls;
 - executed/s: occurrences / (last side effect - first call), end to end;
 - duplicates (from the side-effect lines), executions per runner, the CPU per execution of the
-  producer, the runners and PostgreSQL (from /proc), and the runners' peak RSS.
+  producer, the runners and PostgreSQL (from /proc), and the runners' peak RSS;
+- where the task's slots went (slot_times): an execution holds one of its task's max_concurrency
+  slots from its claim to its outcome's commit, so a task runs at most max_concurrency / that time
+  executions a second; with utilisation near 1, the slots, not the machine, bound the pass.
 
 Run (from the repository root):
 
     .venv/bin/python bench/trigger_many.py [--occurrences 10000] [--batch 1000] [--repeat 3]
-        [--calls trigger_many,trigger] [--top N]
+        [--concurrency 32] [--calls trigger_many,trigger] [--top N]
 
 --calls runs only the passes named; --top N prints the N statements that took the most time in
 each pass, with their planning time (pg_stat_statements of the private cluster).
@@ -52,7 +56,38 @@ from _common import (
 from noop_hook import read_side_effects
 
 TASK = "fan-out"
-CONCURRENCY = 32
+
+
+def slot_times(concurrency: int) -> dict[str, Any]:
+    """Where a slot of the task went, from the journal's events (each stamped with its runner's
+    clock): claim to start and start to outcome (medians, ms), and how busy the task's slots were
+    between the first claim and the last outcome (the occupied time over concurrency x that span).
+    An execution fills a slot from its claim to its outcome's commit, so the executions a second
+    are at most concurrency / (claim to outcome): when utilisation is near 1, the slots bind."""
+    from django.db import connection
+
+    from scheduler_app.models import ExecutionEvent, Status
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH e AS (SELECT execution_id, MIN(at) FILTER (WHERE to_status = %s) AS claimed,"
+            " MIN(at) FILTER (WHERE to_status = %s) AS started, MAX(at) FILTER (WHERE to_status = %s) AS ended"
+            f" FROM {connection.ops.quote_name(ExecutionEvent._meta.db_table)} GROUP BY execution_id)"
+            " SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM started - claimed)),"
+            " percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM ended - started)),"
+            " SUM(EXTRACT(EPOCH FROM ended - claimed)), EXTRACT(EPOCH FROM MAX(ended) - MIN(claimed)),"
+            " COUNT(*) FILTER (WHERE started = claimed) FROM e",
+            [Status.CLAIMED, Status.RUNNING, Status.SUCCESS],
+        )
+        to_start, to_outcome, occupied, span, started_by_claim = cursor.fetchone()
+    if not span:
+        return {}
+    return {
+        "claim_to_start_ms": round(float(to_start) * 1000, 2),
+        "start_to_outcome_ms": round(float(to_outcome) * 1000, 2),
+        "started_by_their_claim": started_by_claim,
+        "slot_utilisation": round(float(occupied) / (concurrency * float(span)), 2),
+    }
 
 
 def one_pass(args: argparse.Namespace, bulk: bool) -> dict[str, Any]:
@@ -63,7 +98,7 @@ def one_pass(args: argparse.Namespace, bulk: bool) -> dict[str, Any]:
         from scheduler_app import scheduler
         from scheduler_app.models import Execution, Runner
 
-        scheduler.register({"id": TASK, "cron": "0 0 1 1 *", "max_concurrency": CONCURRENCY})
+        scheduler.register({"id": TASK, "cron": "0 0 1 1 *", "max_concurrency": args.concurrency})
         workers = ("--workers", str(args.workers)) if args.workers else ()
         env = {"BENCH_SIDE_EFFECTS": folder}
         runners = [procs.start_runner(db, f"bulk-{i}", *workers, env=env) for i in range(args.runners)]
@@ -89,6 +124,7 @@ def one_pass(args: argparse.Namespace, bulk: bool) -> dict[str, Any]:
         ran = wait_until(lambda: len(read_side_effects(folder)) >= args.occurrences, args.timeout, 0.1)
         effects = read_side_effects(folder)
         cpu_after = cpu_seconds(runner_pids)
+        slots = slot_times(args.concurrency)
         for runner in runners:
             runner.sample_rss()
         per_occurrence = Counter(occurrence for _, _, occurrence in effects)
@@ -112,6 +148,7 @@ def one_pass(args: argparse.Namespace, bulk: bool) -> dict[str, Any]:
                     ("postgres", "postgres"),
                 )
             },
+            "slots": slots,
             "runner_peak_rss_mb": [round(r.peak_rss_kb / 1024, 1) for r in runners],
             "top_statements": pg_top_statements(args.top),
             "runner_exit_codes": list(procs.stop_all().values()),
@@ -130,6 +167,12 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, help="run_scheduler --workers (tuned); default: the WORKERS setting"
     )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=32,
+        help="the task's max_concurrency (the slots its executions share)",
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--shared-pg", action="store_true")
@@ -143,6 +186,7 @@ def main() -> None:
         "batch": args.batch,
         "runners": args.runners,
         "workers": args.workers or "default",
+        "concurrency": args.concurrency,
     }
     with ExitStack() as stack:
         if not args.shared_pg:
@@ -158,6 +202,13 @@ def main() -> None:
                     f" per runner {r['executions_per_runner']}, CPU ms per execution {r['cpu_ms_per_execution']},"
                     f" peak RSS {r['runner_peak_rss_mb']} MB"
                 )
+                if r["slots"]:
+                    print(
+                        f"  slots: claim to start p50 {r['slots']['claim_to_start_ms']} ms"
+                        f" ({r['slots']['started_by_their_claim']} started by their claim),"
+                        f" start to outcome p50 {r['slots']['start_to_outcome_ms']} ms,"
+                        f" utilisation {r['slots']['slot_utilisation']} of {args.concurrency}"
+                    )
                 for row in r["top_statements"]:
                     print(statement_line(row))
         for call, runs in passes.items():
@@ -184,7 +235,7 @@ def main() -> None:
             figures.append(f"created ratio {ratio:.1f}x")
         duplicates = sum(results[call]["duplicates"] for call in passes if call in results)
         print(
-            f"medians of {args.repeat} passes, {args.runners} runners,"
+            f"medians of {args.repeat} passes, {args.runners} runners, max_concurrency {args.concurrency},"
             f" {f'--workers {args.workers}' if args.workers else 'every setting at its default'}: "
             + "; ".join(figures)
             + f"; duplicates {duplicates}"
