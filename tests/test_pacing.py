@@ -133,14 +133,16 @@ def test_a_runner_that_claimed_claims_again_without_probing_until_the_probe_is_a
         return original_probe()
 
     monkeypatch.setattr(db, "probe", counted_probe)
-    scheduler.register(definition("burst", cron="0 0 1 1 *", max_concurrency=12))
+    # The first claim takes as many as two workers hold (CLAIM_AHEAD times two), a second the rest.
+    burst = 2 * loop.CLAIM_AHEAD + 2
+    scheduler.register(definition("burst", cron="0 0 1 1 *", max_concurrency=burst + 2))
     runner = loop.SchedulerLoop(node_id="pacing", workers=2)
     runner.start()
     try:
-        for key in "abcdefghij":
-            scheduler.trigger("burst", idempotency_key=key)
+        for n in range(burst):
+            scheduler.trigger("burst", idempotency_key=str(n))
         probes.clear()
-        assert runner.tick()  # probes, then claims up to 8 (two workers, four times their number)
+        assert runner.tick()  # probes, then claims what its workers hold
         assert len(probes) == 1
         # It may claim without probing for a quarter second from that probe; a slow machine must
         # not make the rest of this test outlast that, so the window is widened here.
@@ -149,12 +151,12 @@ def test_a_runner_that_claimed_claims_again_without_probing_until_the_probe_is_a
         wait_for(lambda: runner._needs_work())
         assert runner.tick()  # claims the rest without a probe
         assert len(probes) == 1
-        wait_for(lambda: Execution.objects.filter(status=Status.SUCCESS).count() == 10)
+        wait_for(lambda: Execution.objects.filter(status=Status.SUCCESS).count() == burst)
         # A claim that finds nothing probes, to learn when something comes due next.
         assert not runner.tick()
         assert len(probes) == 2
         # So does a tick once the probe is older than PROBE_REUSE_SECONDS.
-        late = scheduler.trigger("burst", idempotency_key="k")
+        late = scheduler.trigger("burst", idempotency_key="late")
         # The runner's clock is the database's as its last probe saw it, which lags by that
         # probe's round trip: wait until it has reached the trigger's due time.
         wait_for(lambda: runner.clock.now() >= late.due_at)

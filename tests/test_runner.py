@@ -226,7 +226,7 @@ def test_a_claim_locks_the_tasks_of_the_rows_it_takes_and_only_them_when_they_fi
     calls = locked_task_ids(monkeypatch)
     claimed, _ = claims.claim(clock.now(), "node-x", 2, 30)
     assert [c.execution.task_id for c in claimed] == ["a", "b"]
-    # The candidates read ahead (OVERFETCH) stay unlocked tasks: another runner claims them.
+    # The candidates read past the limit (PASS_OVER) stay unlocked tasks: another runner claims them.
     assert calls == [{"a", "b"}]
 
 

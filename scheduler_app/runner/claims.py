@@ -19,9 +19,10 @@ from scheduler_app.models import (
 )
 from scheduler_app.statements import Statements, journal_statements
 
-# A claim reads this many times its limit in due rows, locked: room to pass over rows of tasks
-# with no free slot or held by another claim. Each one read is locked and built, so no more.
-OVERFETCH = 2
+# A claim reads this many due rows beyond its limit, locked: room to pass over rows of a task with
+# no free slot or held by another claim. Each row read is locked and built, so no more: read in
+# proportion to a large limit, they were mostly a busy task's rows it had no slot for.
+PASS_OVER = 16
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def claim(
     lease_until = now + timedelta(seconds=lease_seconds)
     statements = journal_statements()
     with transaction.atomic():
-        candidates = statements.candidates(now, limit * OVERFETCH)
+        candidates = statements.candidates(now, limit + PASS_OVER)
         if not candidates:
             return [], []
         choice = _Choice(statements, now, node, limit)

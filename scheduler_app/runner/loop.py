@@ -46,8 +46,9 @@ SQLITE_WORKERS = 4
 # if that is sooner: a runner that died is seen silent within about two of these.
 HEARTBEAT_SECONDS = 30.0
 # A threaded runner holds up to this many times its workers in attempts, running or claimed
-# ahead: a burst then takes fewer, larger claims (bench/w1_burst.py; docs/benchmarks.md).
-CLAIM_AHEAD = 4
+# ahead: a burst then takes fewer, larger claims, and its workers find their next attempt queued
+# (bench/trigger_many.py, bench/w1_burst.py; docs/benchmarks.md).
+CLAIM_AHEAD = 8
 
 
 class RunnerFailed(Exception):
