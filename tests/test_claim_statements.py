@@ -260,3 +260,39 @@ def test_the_rows_a_claim_starts_are_claimed_and_started_by_one_update(clock):
     sent = [q["sql"] for q in queries]
     assert len([sql for sql in sent if 'UPDATE "scheduler_app_execution"' in sql]) == 1, sent
     assert len(sent) == 6, sent  # BEGIN, the candidates, the tasks, their slots, the update, COMMIT
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite locks the database, not rows")
+def test_a_claim_locks_a_bounded_number_of_rows_past_its_limit_however_few_it_may_take(clock, monkeypatch):
+    """Each row a claim reads is locked until it commits. A busy task's backlog (two free slots, a
+    claim of limit 100) costs the claim its limit and PASS_OVER rows, not a multiple of its limit."""
+    import threading
+
+    from django.db import connections, transaction
+
+    from scheduler_app.statements import journal_statements
+
+    scheduler.register(definition("backlog", cron="0 0 1 1 *", max_concurrency=2))
+    scheduler.trigger_many("backlog", [{} for _ in range(300)])
+    kind = type(journal_statements())
+    original = kind.take
+    free_during_claim: list[int] = []
+
+    def count_unlocked() -> None:
+        try:
+            with transaction.atomic():
+                rows = Execution.objects.select_for_update(skip_locked=True).filter(status=Status.PENDING)
+                free_during_claim.append(len(list(rows.values_list("sequence", flat=True))))
+        finally:
+            connections.close_all()
+
+    def take(self, chosen, *args, **kwargs):
+        other = threading.Thread(target=count_unlocked)
+        other.start()
+        other.join(30)
+        return original(self, chosen, *args, **kwargs)
+
+    monkeypatch.setattr(kind, "take", take)
+    taken, _ = claims.claim(clock.now(), "node-a", 100, 60)
+    assert len(taken) == 2
+    assert free_during_claim == [300 - (100 + claims.PASS_OVER)]
