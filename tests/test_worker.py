@@ -428,3 +428,25 @@ def test_the_default_worker_count_is_sixteen_and_four_on_sqlite():
     expected = 4 if connection.vendor == "sqlite" else 16
     assert SchedulerLoop(node_id="defaults").workers == expected
     assert SchedulerLoop(node_id="given", workers=3).workers == 3
+
+
+def test_a_shutdown_that_comes_during_a_claim_cancels_the_attempts_that_claim_took(running, monkeypatch):
+    """The claim commits its rows before the runner counts them in flight: a shutdown between the
+    two must not leave them to run their handlers through the drain."""
+    from scheduler_app.runner import claims
+
+    scheduler.register(definition(cron="0 0 1 1 *", retry={"max_attempts": 3}))
+    runner_of: dict[str, object] = {}
+    original = claims.claim
+
+    def claim_then_shut_down(*args, **kwargs):
+        claimed, ended = original(*args, **kwargs)
+        if claimed:
+            runner_of["runner"].shutdown()
+        return claimed, ended
+
+    monkeypatch.setattr(claims, "claim", claim_then_shut_down)
+    runner_of["runner"] = running()
+    execution = scheduler.trigger("report", params={"block": 60})
+    wait_for(lambda: status_of(execution) == Status.INTERRUPTED)
+    assert (execution.attempt, execution.error["message"]) == (1, "shutdown")

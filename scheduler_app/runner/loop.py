@@ -118,6 +118,7 @@ class SchedulerLoop:
         # and left nothing else to do; see _probe_skippable.
         self._claim_without_probe_until = 0.0
         self._shutdown_requested = False
+        self._shutdown_reason = "shutdown"
         self.inline = inline
 
     # -- lifecycle ---------------------------------------------------------
@@ -261,6 +262,7 @@ class SchedulerLoop:
 
     def shutdown(self, reason: str = "shutdown") -> None:
         """Stop claiming and cancel in-flight attempts; run() then drains and returns."""
+        self._shutdown_reason = reason
         self._shutdown_requested = True
         self._stopping.set()
         with self._lock:
@@ -451,6 +453,11 @@ class SchedulerLoop:
             with self._lock:
                 self.in_flight[claim.execution.sequence] = attempt
             attempts.append(attempt)
+        if self._shutdown_requested:
+            # A shutdown that came during this claim cancelled what was in flight before these:
+            # they end as those did, released, or interrupted where the claim started them.
+            for attempt in attempts:
+                attempt.cancel(self._shutdown_reason, release=True)
         for attempt in attempts:
             if self._pool is None:
                 self._run_attempt(attempt)
