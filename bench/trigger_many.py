@@ -60,10 +60,11 @@ TASK = "fan-out"
 
 def slot_times(concurrency: int) -> dict[str, Any]:
     """Where a slot of the task went, from the journal's events (each stamped with its runner's
-    clock): claim to start and start to outcome (medians, ms), and how busy the task's slots were
-    between the first claim and the last outcome (the occupied time over concurrency x that span).
-    An execution fills a slot from its claim to its outcome's commit, so the executions a second
-    are at most concurrency / (claim to outcome): when utilisation is near 1, the slots bind."""
+    clock; an outcome's as its batch is written, just before its commit): claim to start and start
+    to outcome (medians, ms), and how busy the task's slots were between the first claim and the
+    last outcome (the occupied time over concurrency x that span). An execution fills a slot from
+    its claim to its outcome's commit, so the executions a second are at most concurrency / (claim
+    to outcome): when utilisation is near 1, the slots bind."""
     from django.db import connection
 
     from scheduler_app.models import ExecutionEvent, Status

@@ -144,6 +144,7 @@ def test_a_runner_that_claimed_claims_again_without_probing_until_the_probe_is_a
         probes.clear()
         assert runner.tick()  # probes, then claims what its workers hold
         assert len(probes) == 1
+        assert Execution.objects.exclude(status=Status.PENDING).count() == 2 * loop.CLAIM_AHEAD == 16
         # It may claim without probing for a quarter second from that probe; a slow machine must
         # not make the rest of this test outlast that, so the window is widened here.
         assert runner._claim_without_probe_until > 0

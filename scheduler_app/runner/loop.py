@@ -267,12 +267,14 @@ class SchedulerLoop:
         self._stopping.set()
         with self._lock:
             attempts = [attempt for attempt in self.in_flight.values() if not attempt.handed_off]
+        self._cancel_for_shutdown(attempts)
+        self._wake.set()
+
+    def _cancel_for_shutdown(self, attempts: list[Attempt]) -> None:
         # Those not started yet first: a worker freed by cancelling a running one must find the
         # queued ones already cancelled, so they are released, not started and interrupted.
-        attempts.sort(key=lambda attempt: attempt.started is not None)
-        for attempt in attempts:
-            attempt.cancel(reason, release=True)
-        self._wake.set()
+        for attempt in sorted(attempts, key=lambda attempt: attempt.started is not None):
+            attempt.cancel(self._shutdown_reason, release=True)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -456,8 +458,7 @@ class SchedulerLoop:
         if self._shutdown_requested:
             # A shutdown that came during this claim cancelled what was in flight before these:
             # they end as those did, released, or interrupted where the claim started them.
-            for attempt in attempts:
-                attempt.cancel(self._shutdown_reason, release=True)
+            self._cancel_for_shutdown(attempts)
         for attempt in attempts:
             if self._pool is None:
                 self._run_attempt(attempt)
