@@ -324,25 +324,28 @@ class Processes:
 
     def terminate(self, child: Child, timeout: float | None = None) -> int | None:
         """SIGTERM one child and wait; its exit code, or None if it had to be killed."""
+        self._signal(child)
+        return self._wait(child, timeout)
+
+    def stop_all(self) -> dict[str, int | None]:
+        """SIGTERM every child, then wait for each: one signal each, since a runner takes a
+        second one as the order to exit at once (status 1, without draining)."""
+        for child in self.children:
+            self._signal(child)
+        return {child.name: self._wait(child) for child in self.children}
+
+    def _signal(self, child: Child) -> None:
         if child.popen.poll() is None:
             child.sample_rss()
             child.popen.send_signal(signal.SIGTERM)
+
+    def _wait(self, child: Child, timeout: float | None = None) -> int | None:
         try:
             return child.popen.wait(self.grace if timeout is None else timeout)
         except subprocess.TimeoutExpired:
             child.popen.kill()
             child.popen.wait()
             return None
-
-    def stop_all(self) -> dict[str, int | None]:
-        codes = {}
-        for child in self.children:
-            if child.popen.poll() is None:
-                child.sample_rss()
-                child.popen.send_signal(signal.SIGTERM)
-        for child in self.children:
-            codes[child.name] = self.terminate(child)
-        return codes
 
 
 def workers_option(workers: int | None) -> tuple[str, ...]:
