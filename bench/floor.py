@@ -35,7 +35,17 @@ the same two.
 
 Two variants, each -c 2 -j 2 for --seconds: one occurrence per pgbench
 transaction, and 10 (claim 10 rows in one statement, start the 10, finish
-the 10). Executions/s = transactions/s x batch. Before each run the journal
+the 10). Executions/s = transactions/s x batch.
+
+Beside them, the trigger floor (--no-trigger leaves it out): what W2's one
+producer sends per execution, and nothing else. One pgbench client (-c 1,
+as the producer is one thread calling trigger() in a loop) runs
+postgres/trigger.py's statement in autocommit, one trigger per transaction:
+the task row read, the execution row and its creation event inserted, a
+durable commit. Its values are written into the text where the producer
+binds them (each occurrence id time-ordered, as trigger()'s uuid7).
+Triggers/s is the most W2 can execute with one producer, however fast its
+runners; checked afterwards: one pending row and one event per trigger. Before each run the journal
 tables are emptied and refilled with pending occurrences of one task, for
 twice the fastest rate so far (a run that empties the queue is run again
 with twice the rows), then vacuumed, analyzed and checkpointed. Every run
@@ -153,6 +163,60 @@ SELECT sequence FROM u;
     return claim + start + finish
 
 
+def trigger_script() -> str:
+    """The trigger floor's pgbench script: the statement of a manual trigger, its values as text."""
+    from scheduler_app.postgres.trigger import _statement
+
+    values = {
+        # Time-ordered, as trigger()'s uuid7: the microseconds first, then random bits.
+        "occurrence_id": "encode(overlay(uuid_send(gen_random_uuid()) PLACING"
+        " int8send((extract(epoch FROM clock_timestamp()) * 1000000)::bigint) FROM 1 FOR 8), 'hex')::uuid",
+        "task_id": f"'{TASK}'",
+        "trigger_source": "'bench'",
+        "idempotency_key": "NULL",
+        "payload_hash": "''",
+        "due_at": "now()",
+        "now": "now()",
+        "params": "'{}'::jsonb",
+        "reason": "'triggered by bench'",
+    }
+    text = _statement(False)
+    for name, value in values.items():
+        text = text.replace(f"%({name})s", value)
+    assert "%(" not in text, text
+    return text + ";\n"
+
+
+def trigger_run(args: argparse.Namespace, folder: Path, dbname: str) -> dict[str, Any]:
+    """An empty journal and the task row, then pgbench -c 1 running the trigger statement; checked."""
+    from django.db import connection
+
+    from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Task
+
+    path = folder / "floor_trigger.sql"
+    path.write_text(trigger_script())
+    with connection.cursor() as cursor:
+        tables = ", ".join(m._meta.db_table for m in (ExecutionEvent, ExecutionLog, Execution))
+        cursor.execute(f"TRUNCATE {tables} RESTART IDENTITY")
+    Task.objects.update_or_create(id=TASK, defaults={"name": "No-op", "cron": "0 0 1 1 *"})
+    with connection.cursor() as cursor:
+        cursor.execute("CHECKPOINT")
+    before = pg_work()
+    out = run_pgbench(path, args.seconds, args.protocol, dbname, clients=1)
+    after = pg_work()
+    assert out is not None
+    found = counts()
+    if found.get("pending", 0) != out["transactions"] or found["events"] != out["transactions"]:
+        raise SystemExit(f"trigger: pgbench counted {out['transactions']} triggers, the tables hold {found}")
+    return {
+        **out,
+        "batch": 1,
+        "executions_per_second": round(out["tps"], 1),
+        "succeeded": out["transactions"],
+        "per_execution": per_execution(before, after, out["transactions"]),
+    }
+
+
 def fill(rows: int) -> None:
     """An empty journal, then ``rows`` pending manual occurrences of one task, due one ms apart."""
     from django.db import connection
@@ -191,10 +255,16 @@ def counts() -> dict[str, int]:
     return out
 
 
-def run_pgbench(path: Path, seconds: int, protocol: str, dbname: str) -> dict[str, float] | None:
+def run_pgbench(
+    path: Path, seconds: int, protocol: str, dbname: str, clients: int = 2
+) -> dict[str, float] | None:
     """``pgbench -n -c 2 -j 2 -T seconds -M protocol -f path``: its transactions/s, count and latency;
     None when the queue ran dry."""
-    argv = [pgbench_binary(), *f"-n -c 2 -j 2 -T {seconds} -M {protocol} -f".split(), str(path)]
+    argv = [
+        pgbench_binary(),
+        *f"-n -c {clients} -j {clients} -T {seconds} -M {protocol} -f".split(),
+        str(path),
+    ]
     argv += ["-h", os.environ.get("PGHOST", "127.0.0.1"), "-p", os.environ.get("PGPORT", "5432")]
     argv += ["-U", "postgres", dbname]
     done = subprocess.run(argv, capture_output=True, text=True)
@@ -249,12 +319,12 @@ def one_run(batch: int, args: argparse.Namespace, folder: Path, dbname: str, rat
     }
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over the runs of one batch size: executions/s and the database work per execution."""
+def summarize(runs: list[dict[str, Any]], statements: int = 3) -> dict[str, Any]:
+    """Medians over the runs of one variant: executions/s and the database work per execution."""
     out: dict[str, Any] = {
         "executions_per_second": statistics.median(r["executions_per_second"] for r in runs),
         "runs": ", ".join(f"{r['executions_per_second']:,.0f}" for r in runs),
-        "statements_sent": 3 / runs[0]["batch"],
+        "statements_sent": statements / runs[0]["batch"],
     }
     for key in runs[0]["per_execution"]:
         out[key] = statistics.median(r["per_execution"][key] for r in runs)
@@ -272,10 +342,12 @@ def main() -> None:
         help="the batch sizes to run, comma-separated (e.g. 1,10,32: 32 is a runner's claim at the default"
         " worker count); the first two give the ratio printed last",
     )
+    parser.add_argument("--no-trigger", action="store_true", help="leave the trigger floor out")
     parser.add_argument("--shared-pg", action="store_true")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     runs: dict[int, list[dict[str, Any]]] = {batch: [] for batch in batches}
+    trigger_runs: list[dict[str, Any]] = []
     with ExitStack() as stack:
         if not args.shared_pg:
             stack.enter_context(private_postgres(port=PORT))
@@ -292,7 +364,15 @@ def main() -> None:
                     f" ({r['tps']:,.0f} transactions/s, {r['latency_ms']} ms each);"
                     f" per execution {r['per_execution']}"
                 )
+            if not args.no_trigger:
+                r = trigger_run(args, folder, db.name)
+                trigger_runs.append(r)
+                print(
+                    f"round {round_ + 1}, trigger: {r['executions_per_second']:,.0f} triggers/s"
+                    f" ({r['latency_ms']} ms each); per trigger {r['per_execution']}"
+                )
     table = {batch: summarize(runs[batch]) for batch in batches}
+    trigger_row = summarize(trigger_runs, statements=1) if trigger_runs else None
     print()
     print(f"floor, pgbench -c 2 -j 2 -T {args.seconds} -M {args.protocol}, medians of {args.repeat} runs:")
     print(
@@ -305,6 +385,13 @@ def main() -> None:
         wal = f"{row['wal_bytes'] / 1000:.1f} KB" if "wal_bytes" in row else "-"
         print(
             f"| {label} | {row['executions_per_second']:,.0f} | {row['runs']} | {row['statements_sent']:g}"
+            f" ({row.get('statements', '-')}) | {row.get('commits', '-')} | {wal} |"
+        )
+    if trigger_row is not None:
+        row = trigger_row
+        wal = f"{row['wal_bytes'] / 1000:.1f} KB" if "wal_bytes" in row else "-"
+        print(
+            f"| trigger, 1 client (triggers/s) | {row['executions_per_second']:,.0f} | {row['runs']} | 1"
             f" ({row.get('statements', '-')}) | {row.get('commits', '-')} | {wal} |"
         )
     if len(batches) > 1:
@@ -320,6 +407,7 @@ def main() -> None:
             "clients": 2,
             "medians": {str(batch): row for batch, row in table.items()},
             "runs": {str(batch): runs[batch] for batch in batches},
+            "trigger": {"median": trigger_row, "runs": trigger_runs, "script": trigger_script()},
             "script_batch_10": script(10, args.protocol),
         },
     )
