@@ -49,7 +49,7 @@ def expire_lease(
     clock: FakeClock, *, node: str = "dead-node", lease: float = 30, start: bool = True
 ) -> Claim:
     """Claim (and maybe start) one attempt as a node that then dies; return it once its lease ran out."""
-    (claim,), _ = claims.claim(clock.now(), node, 1, lease)
+    (claim,), _, _ = claims.claim(clock.now(), node, 1, lease)
     if start:
         _start(claim, clock.now())
     clock.advance(lease + 1)
@@ -77,7 +77,7 @@ def unknown_as_a_crash_leaves_it(clock: FakeClock, count: int = 1, *, lease: flo
     another runner's tick recovers them: ``unknown``, attempt 1, error reason ``lease expired``,
     their log rows written. Their task must not be idempotent with attempts left (those run again).
     """
-    claimed, _ = claims.claim(clock.now(), "dead-node", count, lease)
+    claimed, _, _ = claims.claim(clock.now(), "dead-node", count, lease)
     for claim in claimed:
         _start(claim, clock.now())
     clock.advance(lease + 1)

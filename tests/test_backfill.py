@@ -110,12 +110,12 @@ def test_a_backfill_queues_under_max_concurrency_instead_of_following_the_overla
     scheduler.register(definition(overlap="skip"))
     paused_between(clock, 0, 3)
     scheduler.backfill("report", T0 + MINUTE, T0 + 4 * MINUTE, dry_run=False)
-    (first,), _ = claims.claim(clock.now(), "node-a", 4, 600)
+    (first,), _, _ = claims.claim(clock.now(), "node-a", 4, 600)
     assert first.execution.scheduled_for == T0 + MINUTE
     # The others wait for the slot, pending; none is skipped.
     waiting = Execution.objects.filter(trigger_source="backfill", status=Status.PENDING)
     assert sorted(waiting.values_list("scheduled_for", flat=True)) == minutes(2, 3)
-    assert claims.claim(clock.now(), "node-a", 4, 600) == ([], [])
+    assert claims.claim(clock.now(), "node-a", 4, 600) == ([], [], True)
 
 
 def test_misfire_skipped_fire_times_are_backfilled_and_coalesced_ones_are_not(clock):
@@ -280,12 +280,12 @@ def test_a_backfill_of_a_paused_task_waits_for_its_resume(clock):
     scheduler.pause("report", reason="not yet")
     created = scheduler.backfill("report", T0 + MINUTE, T0 + 4 * MINUTE, dry_run=False)
     assert [e.scheduled_for for e in created] == minutes(1, 2, 3)
-    assert claims.claim(clock.now(), "node-a", 4, 600) == ([], [])
+    assert claims.claim(clock.now(), "node-a", 4, 600) == ([], [], True)
     assert set(Execution.objects.filter(trigger_source="backfill").values_list("status", flat=True)) == {
         Status.PENDING
     }
     scheduler.resume("report")
-    (first,), _ = claims.claim(clock.now(), "node-a", 4, 600)
+    (first,), _, _ = claims.claim(clock.now(), "node-a", 4, 600)
     assert first.execution.scheduled_for == T0 + MINUTE
 
 
@@ -340,7 +340,7 @@ def test_a_claim_that_read_backfilled_rows_before_a_pause_leaves_them_pending(cl
     assert len(read_before) == 3
     scheduler.pause("report")
     monkeypatch.setattr(type(chosen), "candidates", lambda self, now, limit: read_before)
-    assert claims.claim(clock.now(), "node-a", 10, 600) == ([], [])
+    assert claims.claim(clock.now(), "node-a", 10, 600) == ([], [], True)
     backfilled = Execution.objects.filter(trigger_source="backfill")
     assert set(backfilled.values_list("status", flat=True)) == {Status.PENDING}
 
@@ -360,7 +360,7 @@ def test_rows_a_pause_holds_do_not_stand_in_the_way_of_other_tasks(clock):
     scheduler.pause("report")
     triggered = scheduler.trigger("other")
     clock.advance(1)
-    (taken,), ended = claims.claim(clock.now(), "node-a", 1, 600)
+    (taken,), ended, _ = claims.claim(clock.now(), "node-a", 1, 600)
     assert (taken.execution.sequence, ended) == (triggered.sequence, [])
     assert Execution.objects.filter(task_id="report", status=Status.PENDING).count() == 60
 

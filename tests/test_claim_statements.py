@@ -70,7 +70,7 @@ def snapshot() -> list[dict[str, Any]]:
 def claim_all(clock) -> tuple[list[tuple[str, str | None]], list[str], list[dict[str, Any]]]:
     # The first three taken also started, as for waiting workers: but the one asked to stop.
     Execution.objects.filter(task_id="two", idempotency_key="b").update(stop_requested=True)
-    taken, ended = claims.claim(clock.now(), "node-a", 10, 60, start=3)
+    taken, ended, _ = claims.claim(clock.now(), "node-a", 10, 60, start=3)
     assert [c.started for c in taken] == [True, False, True, None]
     # (the workload's running row of "full" was never claimed: it has no token)
     leased = Execution.objects.filter(status__in=[Status.CLAIMED, Status.RUNNING]).exclude(execution_token="")
@@ -255,7 +255,7 @@ def test_the_rows_a_claim_starts_are_claimed_and_started_by_one_update(clock):
     for _ in range(3):
         scheduler.trigger("three")
     with CaptureQueriesContext(connection) as queries:
-        taken, _ = claims.claim(clock.now(), "node-a", 3, 60, start=2)
+        taken, _, _ = claims.claim(clock.now(), "node-a", 3, 60, start=2)
     assert [c.started for c in taken] == [True, True, None]
     sent = [q["sql"] for q in queries]
     assert len([sql for sql in sent if 'UPDATE "scheduler_app_execution"' in sql]) == 1, sent
@@ -293,6 +293,6 @@ def test_a_claim_locks_a_bounded_number_of_rows_past_its_limit_however_few_it_ma
         return original(self, chosen, *args, **kwargs)
 
     monkeypatch.setattr(kind, "take", take)
-    taken, _ = claims.claim(clock.now(), "node-a", 100, 60)
+    taken, _, _ = claims.claim(clock.now(), "node-a", 100, 60)
     assert len(taken) == 2
     assert free_during_claim == [300 - (100 + claims.PASS_OVER)]

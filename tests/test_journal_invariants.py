@@ -229,7 +229,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             scheduler.trigger(data.draw(st.sampled_from(sorted(self.tasks))), params=payload)
         self.ghost_count += 1
         node = f"ghost-{self.ghost_count}"
-        claimed, _ = claims.claim(self.clock.now(), node, 1, LEASE)
+        claimed, _, _ = claims.claim(self.clock.now(), node, 1, LEASE)
         for claim in claimed:
             ghost = Ghost(claim, node)
             self.ghosts.append(ghost)

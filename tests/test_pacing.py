@@ -195,3 +195,62 @@ def test_a_runner_with_more_tasks_to_schedule_probes_at_each_tick(monkeypatch, c
     finally:
         runner.shutdown()
         runner.stop()
+
+
+@pytest.fixture
+def claims_made(monkeypatch):
+    """The runner's claims, as the number of rows each took."""
+    from scheduler_app.runner import claims
+
+    made: list[int] = []
+    original = claims.claim
+
+    def counting(*args, **kwargs):
+        claimed, ended, left_due = original(*args, **kwargs)
+        made.append(len(claimed))
+        return claimed, ended, left_due
+
+    monkeypatch.setattr(claims, "claim", counting)
+    return made
+
+
+def test_a_runner_with_wake_ups_does_not_tick_again_as_each_attempt_ends_when_its_claim_took_every_due_row(
+    running, claims_made, runner_statements, redis_wake_ups
+):
+    """What ends frees room, not work: the triggers that fill it announce themselves."""
+    scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=10))
+    running(tick_interval=30, workers=8)
+    scheduler.trigger("report", wait=10)  # the listener is subscribed
+    before, sent = len(claims_made), len(runner_statements)
+    # Ending a tenth of a second apart, each of them apart from the others.
+    executions = scheduler.trigger_many("report", [{"params": {"block": 0.1 * n}} for n in range(1, 6)])
+    wait_for(
+        lambda: (
+            Execution.objects.filter(
+                sequence__in=[e.sequence for e in executions], status=Status.SUCCESS
+            ).count()
+            == 5
+        ),
+        timeout=10,
+    )
+    # The wake-up's tick claimed the five; a tick as each ended would add a claim or a probe each.
+    assert sum(claims_made[before:]) == 5
+    ticks = len(claims_made) - before + probes(runner_statements[sent:])
+    assert ticks <= 3, (claims_made[before:], probes(runner_statements[sent:]))
+
+
+def test_a_task_at_its_max_concurrency_has_its_next_row_claimed_as_soon_as_its_slot_ends(
+    running, claims_made, redis_wake_ups
+):
+    """A full task's rows are not among a claim's candidates: the wake-up's claim, finding none,
+    does not let a runner ticking every 30 s wait for its next wake-up or tick."""
+    scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=1))
+    running(tick_interval=30, workers=4)
+    scheduler.trigger("report", wait=10)  # the listener is subscribed
+    first = scheduler.trigger("report", params={"block": 1})
+    wait_for(lambda: Execution.objects.get(sequence=first.sequence).status == Status.RUNNING, timeout=10)
+    before = len(claims_made)
+    second = scheduler.trigger("report")
+    wait_for(lambda: len(claims_made) > before, timeout=10)  # its wake-up's claim, which found no row
+    assert Execution.objects.get(sequence=second.sequence).status == Status.PENDING
+    wait_for(lambda: Execution.objects.get(sequence=second.sequence).status == Status.SUCCESS, timeout=10)

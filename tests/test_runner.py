@@ -198,7 +198,7 @@ def test_claim_respects_the_free_slots(clock):
     occupy_slot("report")
     for _ in range(3):
         scheduler.trigger("report")
-    claimed, _ = claims.claim(clock.now(), "node-x", 10, 30)
+    claimed, _, _ = claims.claim(clock.now(), "node-x", 10, 30)
     assert len(claimed) == 1
     assert Execution.objects.filter(status=Status.PENDING).count() == 2
 
@@ -224,7 +224,7 @@ def test_a_claim_locks_the_tasks_of_the_rows_it_takes_and_only_them_when_they_fi
         scheduler.register(definition(name, cron="0 0 1 1 *"))
         scheduler.trigger(name)
     calls = locked_task_ids(monkeypatch)
-    claimed, _ = claims.claim(clock.now(), "node-x", 2, 30)
+    claimed, _, _ = claims.claim(clock.now(), "node-x", 2, 30)
     assert [c.execution.task_id for c in claimed] == ["a", "b"]
     # The candidates read past the limit (PASS_OVER) stay unlocked tasks: another runner claims them.
     assert calls == [{"a", "b"}]
@@ -238,7 +238,7 @@ def test_a_claim_the_first_rows_do_not_fill_locks_the_tasks_of_the_rows_after_th
     clock.advance(1)
     scheduler.trigger("other")
     calls = locked_task_ids(monkeypatch)
-    claimed, _ = claims.claim(clock.now(), "node-x", 2, 30)
+    claimed, _, _ = claims.claim(clock.now(), "node-x", 2, 30)
     # The serial task's second row waits for its slot; the claim fills its place from further on.
     assert sorted(c.execution.task_id for c in claimed) == ["other", "serial"]
     assert calls == [{"serial"}, {"other"}]
@@ -250,7 +250,7 @@ def test_a_claim_starts_the_rows_it_is_asked_to_in_its_own_transaction(clock):
     scheduler.register(definition(cron="0 0 1 1 *", max_concurrency=4))
     executions = [scheduler.trigger("report") for _ in range(4)]
     Execution.objects.filter(sequence=executions[1].sequence).update(stop_requested=True)
-    claimed, _ = claims.claim(clock.now(), "node-x", 4, 30, start=3)
+    claimed, _, _ = claims.claim(clock.now(), "node-x", 4, 30, start=3)
     assert [c.started for c in claimed] == [True, False, True, None]
     rows = [Execution.objects.get(sequence=e.sequence) for e in executions]
     expected = [
@@ -488,7 +488,7 @@ def test_a_stop_requested_between_claim_and_start_interrupts_without_running(clo
     scheduler.register(definition(cron="0 0 1 1 *"))
     execution = scheduler.trigger("report")
     runner = inline_runner(clock)
-    claimed, _ = claims.claim(clock.now(), runner.node_id, 1, 30)
+    claimed, _, _ = claims.claim(clock.now(), runner.node_id, 1, 30)
     scheduler.executions.request_stop(execution.occurrence_id)
     from scheduler_app.runner.attempt import Attempt, run_attempt
 

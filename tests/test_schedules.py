@@ -179,7 +179,7 @@ def test_a_pending_one_shot_occurrence_is_interrupted_when_run_at_moves(clock):
     clock.set(T0 + MINUTE)
     scheduling.schedule_due(clock.now(), "node-a")
     scheduler.update_task("report", run_at=T0 + timedelta(hours=1))
-    claimed, ended = claims.claim(clock.now(), "node-a", 10, 30)
+    claimed, ended, _ = claims.claim(clock.now(), "node-a", 10, 30)
     assert not claimed
     assert ended[0].execution.error["message"].startswith("rescheduled")
 
@@ -315,7 +315,7 @@ def test_a_pending_occurrence_outside_a_new_window_is_interrupted_at_claim(clock
     clock.set(T0 + MINUTE)
     scheduling.schedule_due(clock.now(), "node-a")
     scheduler.update_task("report", starts_at=T0 + timedelta(hours=1))
-    claimed, _ = claims.claim(clock.now(), "node-a", 10, 30)
+    claimed, _, _ = claims.claim(clock.now(), "node-a", 10, 30)
     assert not claimed
     assert Execution.objects.get().status == Status.INTERRUPTED
     assert Task.objects.get().next_run_at == T0 + timedelta(hours=1)

@@ -278,7 +278,7 @@ def test_run_scheduler_once_enforces_time_limits_while_it_drains(hook_timeout):
 
 def abandoned_attempt(clock) -> Attempt:
     """A started attempt, past its limit and its grace, abandoned by the runner."""
-    (claim,), _ = claims.claim(clock.now(), "node-a", 1, 30, start=1)
+    (claim,), _, _ = claims.claim(clock.now(), "node-a", 1, 30, start=1)
     attempt = Attempt(claim)
     attempt.started = (True, clock.now())
     now = time.monotonic()

@@ -159,7 +159,7 @@ def test_an_attempt_started_early_and_cancelled_before_its_worker_took_it_ends_w
 
     scheduler.register(definition(cron="0 0 1 1 *"))
     execution = scheduler.trigger("report")
-    (claim,), _ = claims.claim(clock.now(), "node-a", 1, 60, start=1)
+    (claim,), _, _ = claims.claim(clock.now(), "node-a", 1, 60, start=1)
     assert claim.started is True
     assert status_of(execution) == Status.RUNNING
     attempt = Attempt(claim)
@@ -273,7 +273,7 @@ def test_a_worker_hands_its_outcome_to_the_writer_and_is_free_before_the_commit(
     gate = hold_outcomes(monkeypatch)
     scheduler.register(definition(cron="0 0 1 1 *"))
     execution = scheduler.trigger("report", params={"result": "ran"})
-    (claim,), _ = claims.claim(clock.now(), "node-a", 1, 60)
+    (claim,), _, _ = claims.claim(clock.now(), "node-a", 1, 60)
     writer = JournalWriter("node-a", clock)
     follow_ups: queue.Queue = queue.Queue()
     attempt = Attempt(claim, journal=writer, follow_up=lambda _, work: follow_ups.put(work))
@@ -316,7 +316,7 @@ def test_a_worker_runs_what_follows_an_outcome_only_when_something_does(clock, f
     scheduler.register(definition(**task))
     params = {"fail": True} if follows == "failed for good" else {"result": "ran"}
     execution = scheduler.trigger("report", params=params)
-    (claim,), _ = claims.claim(clock.now(), "node-a", 1, 60)
+    (claim,), _, _ = claims.claim(clock.now(), "node-a", 1, 60)
     writer = JournalWriter("node-a", clock)
     follow_ups = []
     done = threading.Event()
@@ -440,10 +440,10 @@ def test_a_shutdown_that_comes_during_a_claim_cancels_the_attempts_that_claim_to
     original = claims.claim
 
     def claim_then_shut_down(*args, **kwargs):
-        claimed, ended = original(*args, **kwargs)
+        claimed, ended, left_due = original(*args, **kwargs)
         if claimed:
             runner_of["runner"].shutdown()
-        return claimed, ended
+        return claimed, ended, left_due
 
     monkeypatch.setattr(claims, "claim", claim_then_shut_down)
     runner_of["runner"] = running()

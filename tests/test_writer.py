@@ -55,7 +55,7 @@ def claimed(clock, task_id: str, n: int, **task: Any) -> list[Attempt]:
     scheduler.register(definition(task_id, cron="0 0 1 1 *", max_concurrency=10, **task))
     for i in range(n):
         scheduler.trigger(task_id, idempotency_key=f"k{i}")
-    taken, _ = claims.claim(clock.now(), "node-a", n, 60)
+    taken, _, _ = claims.claim(clock.now(), "node-a", n, 60)
     return [Attempt(claim) for claim in sorted(taken, key=lambda c: c.execution.sequence)]
 
 
@@ -210,7 +210,7 @@ def test_every_claimed_row_gets_a_token_of_its_own_and_a_new_one_at_each_claim(c
     stored = [Execution.objects.get(sequence=a.claim.execution.sequence).execution_token for a in first]
     assert stored == tokens and len(set(tokens)) == 3
     Execution.objects.update(status=Status.PENDING, execution_token="", owner="")
-    again, _ = claims.claim(clock.now(), "node-b", 3, 60)
+    again, _, _ = claims.claim(clock.now(), "node-b", 3, 60)
     assert not {c.token for c in again} & set(tokens)
 
 

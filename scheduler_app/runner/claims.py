@@ -88,19 +88,22 @@ def _why_not_runnable(execution: Execution, task: Task | None) -> str | None:
 
 def claim(
     now: datetime, node: str, limit: int, lease_seconds: float, *, start: int = 0
-) -> tuple[list[Claim], list[Ended]]:
+) -> tuple[list[Claim], list[Ended], bool]:
     """Claim up to ``limit`` due executions, respecting each task's max_concurrency.
 
     The first ``start`` rows taken (those a waiting worker runs at once) are also moved to
-    running in the claim's transaction: one commit for both moves."""
+    running in the claim's transaction: one commit for both moves. The third value is False only
+    when no due row can be left for a slot that ends: the claim read fewer rows than it could and
+    took or ended each, leaving every task it took a free slot. The candidates leave out the rows
+    of tasks at their max_concurrency, so a claim that read none says True."""
     if limit <= 0:
-        return [], []
+        return [], [], True
     lease_until = now + timedelta(seconds=lease_seconds)
     statements = journal_statements()
     with transaction.atomic():
         candidates = statements.candidates(now, limit + PASS_OVER)
         if not candidates:
-            return [], []
+            return [], [], True
         choice = _Choice(statements, now, node, limit)
         # The tasks of the first ``limit`` rows, then, if they did not fill the claim, those of the
         # rest: in a burst of due tasks each claim locks and reads only the tasks it takes.
@@ -113,7 +116,12 @@ def claim(
         Claim(row, task, row.execution_token, started=row.status == Status.RUNNING if n < start else None)
         for n, (row, task) in enumerate(taken)
     ]
-    return claimed, choice.ended
+    left_due = (
+        len(candidates) >= limit + PASS_OVER
+        or len(taken) + len(choice.ended) < len(candidates)
+        or any(free <= 0 for free in choice.free.values())
+    )
+    return claimed, choice.ended, left_due
 
 
 class _Choice:

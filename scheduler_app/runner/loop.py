@@ -16,7 +16,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, connectio
 from scheduler_app import __version__, alerts, database_errors, db, journal, logs, retention, wakeup
 from scheduler_app.conf import scheduler_settings
 from scheduler_app.exceptions import StorageError
-from scheduler_app.models import LEASED, Execution, Runner, Status
+from scheduler_app.models import ENDED, LEASED, Execution, Runner, Status
 from scheduler_app.runner import claims, limits, pauses, scheduling
 from scheduler_app.runner.attempt import Attempt, run_attempt
 from scheduler_app.runner.clock import Clock, DatabaseClock
@@ -114,6 +114,9 @@ class SchedulerLoop:
         self._next_event: float | None = None
         self._tick_started = 0.0
         self._claimed_nothing = False  # the last tick had due rows and claimed none of them
+        # Due rows may be waiting that no wake-up will announce: the last claim passed over some,
+        # or a tick left due rows unclaimed (its workers were full). See _forget().
+        self._due_left = True
         # Until when (monotonic) a tick may claim without probing first: set by a tick that claimed
         # and left nothing else to do; see _probe_skippable.
         self._claim_without_probe_until = 0.0
@@ -335,6 +338,7 @@ class SchedulerLoop:
         db.drop_broken_connections()
         if self._probe_skippable():
             if not self._needs_work():
+                self._due_left = True
                 return False
             if self.claim_and_dispatch(self.clock.now()):
                 return True
@@ -379,6 +383,8 @@ class SchedulerLoop:
             worked = True
         self._claimed_nothing = False
         self._claim_without_probe_until = 0.0
+        if due and not self._needs_work():
+            self._due_left = True
         if due and not self._stopping.is_set() and self._needs_work():
             claimed = self.claim_and_dispatch(now)
             self._claimed_nothing = claimed == 0
@@ -442,7 +448,9 @@ class SchedulerLoop:
         # Attempts a waiting worker takes at once are started by the claim itself, in its
         # transaction; the others stay claimed until a worker is free to start them.
         start = 0 if self._pool is None else self._pool.idle()
-        claimed, ended = claims.claim(now, self.node_id, free, self.lease_seconds, start=start)
+        claimed, ended, self._due_left = claims.claim(
+            now, self.node_id, free, self.lease_seconds, start=start
+        )
         for item in ended:
             self._write_log(item.execution, item.task_name, item.log_status)
         attempts = []
@@ -544,12 +552,18 @@ class SchedulerLoop:
             self._forget(attempt)
 
     def _forget(self, attempt: Attempt) -> None:
-        """Take an attempt out of flight (never a later attempt of the same execution)."""
+        """Take an attempt out of flight (never a later attempt of the same execution).
+
+        Its worker's room is claimed again at once when due rows may be waiting for it. When the
+        last claim took every due row it read, and this attempt ended for good, only new rows can
+        fill it, and on a runner with wake-ups they announce themselves: a stream of triggers is
+        then claimed once per wake-up's gather, not once per attempt that ends."""
         sequence = attempt.claim.execution.sequence
         with self._lock:
             if self.in_flight.get(sequence) is attempt:
                 del self.in_flight[sequence]
-        if self._needs_work():
+        ended = attempt.claim.execution.status in ENDED
+        if self._needs_work() and (self._due_left or self._listener is None or not ended):
             self._freed.set()
             self._wake.set()
 

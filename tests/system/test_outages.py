@@ -337,7 +337,7 @@ def test_three_days_without_runners_catch_up_with_one_misfire_record_per_task(cl
     running = []
     for task_id in ("crashed", "crashed-idem"):
         scheduler.trigger(task_id)
-        (claim,), _ = claims.claim(clock.now(), "dead-node", 1, 30)
+        (claim,), _, _ = claims.claim(clock.now(), "dead-node", 1, 30)
         assert journal.transition(
             claim.execution.sequence,
             Status.CLAIMED,
