@@ -189,18 +189,12 @@ def trigger_script() -> str:
 
 def trigger_run(args: argparse.Namespace, folder: Path, dbname: str) -> dict[str, Any]:
     """An empty journal and the task row, then pgbench -c 1 running the trigger statement; checked."""
-    from django.db import connection
-
-    from scheduler_app.models import Execution, ExecutionEvent, ExecutionLog, Task
+    from scheduler_app.models import Task
 
     path = folder / "floor_trigger.sql"
     path.write_text(trigger_script())
-    with connection.cursor() as cursor:
-        tables = ", ".join(m._meta.db_table for m in (ExecutionEvent, ExecutionLog, Execution))
-        cursor.execute(f"TRUNCATE {tables} RESTART IDENTITY")
     Task.objects.update_or_create(id=TASK, defaults={"name": "No-op", "cron": "0 0 1 1 *"})
-    with connection.cursor() as cursor:
-        cursor.execute("CHECKPOINT")
+    fill(0)
     before = pg_work()
     out = run_pgbench(path, args.seconds, args.protocol, dbname, clients=1)
     after = pg_work()
@@ -380,18 +374,13 @@ def main() -> None:
         " | WAL per execution |"
     )
     print("|---|---|---|---|---|---|")
-    for batch, row in table.items():
-        label = "unbatched" if batch == 1 else f"batched by {batch}"
+    rows = [("unbatched" if batch == 1 else f"batched by {batch}", row) for batch, row in table.items()]
+    if trigger_row is not None:
+        rows.append(("trigger, 1 client (triggers/s)", trigger_row))
+    for label, row in rows:
         wal = f"{row['wal_bytes'] / 1000:.1f} KB" if "wal_bytes" in row else "-"
         print(
             f"| {label} | {row['executions_per_second']:,.0f} | {row['runs']} | {row['statements_sent']:g}"
-            f" ({row.get('statements', '-')}) | {row.get('commits', '-')} | {wal} |"
-        )
-    if trigger_row is not None:
-        row = trigger_row
-        wal = f"{row['wal_bytes'] / 1000:.1f} KB" if "wal_bytes" in row else "-"
-        print(
-            f"| trigger, 1 client (triggers/s) | {row['executions_per_second']:,.0f} | {row['runs']} | 1"
             f" ({row.get('statements', '-')}) | {row.get('commits', '-')} | {wal} |"
         )
     if len(batches) > 1:

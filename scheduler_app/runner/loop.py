@@ -383,14 +383,15 @@ class SchedulerLoop:
             worked = True
         self._claimed_nothing = False
         self._claim_without_probe_until = 0.0
-        if due and not self._needs_work():
-            self._due_left = True
-        if due and not self._stopping.is_set() and self._needs_work():
-            claimed = self.claim_and_dispatch(now)
-            self._claimed_nothing = claimed == 0
-            worked = claimed > 0 or worked
-            if claimed and not unfinished:
-                self._claim_without_probe_until = sent + min(self.tick_interval, PROBE_REUSE_SECONDS)
+        if due and not self._stopping.is_set():
+            if self._needs_work():
+                claimed = self.claim_and_dispatch(now)
+                self._claimed_nothing = claimed == 0
+                worked = claimed > 0 or worked
+                if claimed and not unfinished:
+                    self._claim_without_probe_until = sent + min(self.tick_interval, PROBE_REUSE_SECONDS)
+            else:
+                self._due_left = True
         if time.monotonic() - self._last_renewal >= self.heartbeat_seconds:
             self.renew_leases()
         if time.monotonic() - self._last_prune >= 60:
