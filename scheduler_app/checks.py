@@ -24,6 +24,9 @@ from scheduler_app.handlers.hooks import HOOK_NAMES
 from scheduler_app.handlers.v8 import v8_available
 from scheduler_app.values import is_number
 
+# The tag of these checks: `manage.py check --tag scheduler_app` runs them alone, and run_scheduler,
+# which runs only tagged checks (management/base.py), runs them.
+TAG = "scheduler_app"
 HOST_NAME = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*\.?$", re.IGNORECASE)
 
 
@@ -370,7 +373,7 @@ def message(check_id: str, **values: Any) -> CheckMessage:
     return check.level(check.message.format(**values), hint=check.hint, id=check_id)
 
 
-@register()
+@register(TAG)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Report each problem of SCHEDULER_APP under the id of its condition."""
     user = getattr(settings, "SCHEDULER_APP", {})
@@ -578,7 +581,7 @@ def _listed(ids: list[str]) -> str:
     return ", ".join(ids[:SHOWN_IDS]) + (", ..." if len(ids) > SHOWN_IDS else "")
 
 
-@register()
+@register(TAG)
 def check_javascript_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W005: js tasks declared in TASKS where mini-racer (the js extra) is not installed."""
     declared = getattr(settings, "SCHEDULER_APP", {})
@@ -593,7 +596,7 @@ def _is_js(handler: Any) -> bool:
     return isinstance(handler, dict) and handler.get("kind") == "js"
 
 
-@register(Tags.database)
+@register(TAG, Tags.database)
 def check_javascript_tasks(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
@@ -612,7 +615,7 @@ def check_javascript_tasks(
     return [message("scheduler_app.W004", ids=_listed(ids))] if ids else []
 
 
-@register()
+@register(TAG)
 def check_job_declarations(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E040: @job declarations with invalid fields, or with an id TASKS declares too."""
     from scheduler_app import declarations
@@ -626,7 +629,7 @@ def check_job_declarations(app_configs: Any = None, **kwargs: Any) -> list[Check
     return []
 
 
-@register(Tags.database)
+@register(TAG, Tags.database)
 def check_declared_collisions(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:

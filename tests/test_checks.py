@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from django.core.checks import CheckMessage
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.test import override_settings
 from rest_framework.permissions import IsAdminUser, IsAuthenticated
 
@@ -338,3 +339,17 @@ def test_run_scheduler_logs_w004_at_start(without_v8, caplog):
         call_command("run_scheduler", "--once", "--verbosity", "0")
     [logged] = [record.getMessage() for record in caplog.records if "W004" in record.getMessage()]
     assert logged.startswith("scheduler_app.W004: The database holds enabled js tasks (invoice-summary)")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_scheduler_runs_the_apps_checks_at_start_and_leaves_the_web_sides_to_manage_py_check():
+    with (
+        override_settings(SCHEDULER_APP={"NOPE": 1}),
+        pytest.raises(SystemCheckError, match=r"scheduler_app\.E005"),
+    ):
+        call_command("run_scheduler", "--once", "--verbosity", "0", skip_checks=False)
+    # A URLconf that cannot be imported fails the URL checks; the runner serves no URL and starts.
+    with override_settings(ROOT_URLCONF="tests.no_such_urlconf"):
+        call_command("run_scheduler", "--once", "--verbosity", "0", skip_checks=False)
+        with pytest.raises(ImportError):
+            call_command("check", stdout=StringIO(), stderr=StringIO())

@@ -6,11 +6,21 @@ from collections.abc import Sequence
 
 from django.apps import AppConfig
 from django.core import checks
+from django.core.checks.registry import registry
 from django.core.management.base import BaseCommand
+
+# The checks of the web side, which import the URLconf and every app's template tag libraries: with
+# the REST API mounted, Django REST framework, requests and pygments. A runner serves and renders
+# no page; `manage.py check` and the web server's start run these.
+WEB_TAGS = {checks.Tags.admin, checks.Tags.templates, checks.Tags.urls}
 
 
 class OfflineChecksCommand(BaseCommand):
-    """A command whose start-up system checks read no database, on every Django version.
+    """A command whose start-up system checks read no database, on every Django version, and leave
+    out the web side's.
+
+    Where no tags are asked for, the command runs the checks of every tag but WEB_TAGS; checks
+    registered without a tag run with `manage.py check` only.
 
     Django 6.1 gives the checks every database alias when a command names none (the 6.1
     release notes, "System checks"); the model checks then ask MySQL/MariaDB for its version,
@@ -28,6 +38,8 @@ class OfflineChecksCommand(BaseCommand):
         fail_level: int = checks.ERROR,
         databases: Sequence[str] | None = None,
     ) -> None:
+        if tags is None:
+            tags = sorted(registry.tags_available(include_deployment_checks) - WEB_TAGS)
         super().check(
             app_configs=app_configs,
             tags=tags,
