@@ -1,7 +1,8 @@
 """Runner memory: the peak RSS of `run_scheduler` in a new project, every setting at its default.
 
 The project is what `django-admin startproject` makes, with scheduler_app added to INSTALLED_APPS
-and nothing else (the admin and its apps stay, as a new project has them). For each database
+and nothing else (the admin and its apps stay, as a new project has them); with --rest-api, also
+the REST API as docs/rest_api.md mounts it (rest_framework installed, the API's URLs included). For each database
 (SQLite, and PostgreSQL at PGHOST/PGPORT unless --no-postgres) one runner starts with the default
 worker count and runs, in order:
 
@@ -11,8 +12,8 @@ worker count and runs, in order:
   process of the runner (V8 through mini-racer), kept for the next one.
 
 Beside it, the floor: the peak RSS of a process of the same project without scheduler_app that sets
-up Django, runs the system checks (as a management command does first) and opens its database
-connection; what the runner adds to Django, its database driver and the project's apps is above it.
+up Django, runs the system checks run_scheduler runs first (all but the web side's,
+scheduler_app/management/base.py) and opens its database connection; what the runner adds to Django, its database driver and the project's apps is above it.
 
 After each phase it prints the runner's peak RSS (VmHWM) so far, in MiB; after the js phase also
 how many JavaScript child processes the runner has and their peak RSS, each at most and together,
@@ -21,7 +22,7 @@ The runner imports scheduler_app from this checkout, whatever the virtualenv has
 
 Run (from the repository root):
 
-    .venv/bin/python bench/runner_rss.py [--seconds 10] [--no-postgres] [--js]
+    .venv/bin/python bench/runner_rss.py [--seconds 10] [--no-postgres] [--js] [--rest-api]
 
 Writes bench/results/runner_rss.json.
 """
@@ -43,6 +44,15 @@ from _common import ROOT, vm_hwm_kb, wait_until, write_results
 
 SETTINGS = """
 INSTALLED_APPS += ["scheduler_app", "jobs_app"]
+"""
+# docs/rest_api.md's set-up.
+REST_API_SETTINGS = """
+INSTALLED_APPS += ["rest_framework"]
+"""
+REST_API_URLS = """
+from django.urls import include, path
+
+urlpatterns += [path("api/scheduler/", include("scheduler_app.api.urls"))]
 """
 JOBS = """
 from scheduler_app import job
@@ -70,15 +80,17 @@ elif command == "left":
     print(Execution.objects.exclude(status__in=["success", "failed", "interrupted"]).count())
 """
 
-# The same project without scheduler_app: setup, the checks a command runs first, one connection.
+# The same project without scheduler_app: setup, the checks run_scheduler runs first, one connection.
 FLOOR = """
 import re, django
 from django.conf import settings
 from django.core import checks
+from django.core.checks.registry import registry
 from django.db import connection
+from scheduler_app.management.base import WEB_TAGS
 settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app not in ("scheduler_app", "jobs_app")]
 django.setup()
-checks.run_checks(databases=[])
+checks.run_checks(tags=sorted(registry.tags_available() - WEB_TAGS), databases=[])
 connection.ensure_connection()
 print(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
 """
@@ -113,7 +125,10 @@ def one_database(args: argparse.Namespace, database: str) -> dict[str, Any]:
         (project / "jobs_app").mkdir()
         (project / "jobs_app" / "__init__.py").write_text("")
         (project / "jobs_app" / "jobs.py").write_text(textwrap.dedent(JOBS))
-        settings = SETTINGS
+        settings = SETTINGS + (REST_API_SETTINGS if args.rest_api else "")
+        if args.rest_api:
+            with open(project / "proj" / "urls.py", "a") as urls:
+                urls.write(REST_API_URLS)
         name = f"bench_rss_{os.getpid()}"
         if database == "postgres":
             settings += textwrap.dedent(f"""
@@ -192,14 +207,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--js", action="store_true", help="then 200 js runs: the runner and its V8 processes")
+    parser.add_argument("--rest-api", action="store_true", help="the project mounts the REST API")
     args = parser.parse_args()
-    results = {}
+    results: dict[str, Any] = {"rest_api": args.rest_api}
     for database in ["sqlite"] + ([] if args.no_postgres else ["postgres"]):
         figures = one_database(args, database)
         results[database] = figures
         print(
             f"{database}: runner peak RSS idle {figures['idle']} MiB, after 200 python runs {figures['python']} MiB"
             f" (floor: Django and the project without scheduler_app {figures['floor']} MiB)"
+            + (", REST API mounted" if args.rest_api else "")
         )
         if args.js:
             js = figures["js_processes"]
