@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand
 
 # The checks of the web side, which import the URLconf and every app's template tag libraries: with
 # the REST API mounted, Django REST framework, requests and pygments. A runner serves and renders
-# no page; `manage.py check` and the web server's start run these.
+# no page; `manage.py check`, `migrate` and `runserver` run these.
 WEB_TAGS = {checks.Tags.admin, checks.Tags.templates, checks.Tags.urls}
 
 
