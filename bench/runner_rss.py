@@ -2,9 +2,9 @@
 
 The project is what `django-admin startproject` makes, with scheduler_app added to INSTALLED_APPS
 and nothing else (the admin and its apps stay, as a new project has them); with --rest-api, also
-the REST API as docs/rest_api.md mounts it (rest_framework installed, the API's URLs included). For each database
-(SQLite, and PostgreSQL at PGHOST/PGPORT unless --no-postgres) one runner starts with the default
-worker count and runs, in order:
+the REST API as docs/rest_api.md mounts it (rest_framework installed, the API's URLs included).
+For each database (SQLite, and PostgreSQL at PGHOST/PGPORT unless --no-postgres) one runner starts
+with the default worker count and runs, in order:
 
 - idle: nothing, for --seconds;
 - python: 200 triggers of a registered no-op function (the python handler);
@@ -13,7 +13,8 @@ worker count and runs, in order:
 
 Beside it, the floor: the peak RSS of a process of the same project without scheduler_app that sets
 up Django, runs the system checks run_scheduler runs first (all but the web side's,
-scheduler_app/management/base.py) and opens its database connection; what the runner adds to Django, its database driver and the project's apps is above it.
+scheduler_app/management/base.py) and opens its database connection; what the runner adds to
+Django, its database driver and the project's apps is above it.
 
 After each phase it prints the runner's peak RSS (VmHWM) so far, in MiB; after the js phase also
 how many JavaScript child processes the runner has and their peak RSS, each at most and together,
