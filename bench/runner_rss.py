@@ -86,12 +86,11 @@ FLOOR = """
 import re, django
 from django.conf import settings
 from django.core import checks
-from django.core.checks.registry import registry
 from django.db import connection
-from scheduler_app.management.base import WEB_TAGS
+from scheduler_app.management.base import start_up_check_tags
 settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app not in ("scheduler_app", "jobs_app")]
 django.setup()
-checks.run_checks(tags=sorted(registry.tags_available() - WEB_TAGS), databases=[])
+checks.run_checks(tags=start_up_check_tags(), databases=[])
 connection.ensure_connection()
 print(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
 """

@@ -21,13 +21,15 @@ from scheduler_app.management.commands.run_scheduler import DEBUG_STATEMENTS_KEP
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# What a runner that runs only python tasks never needs: the API's DRF, the api kind's HTTP client,
-# the js kind's handler, pool and V8, and Redis (no REDIS_URL).
+# What a runner that runs only python tasks never needs: the API's DRF (and pygments, which DRF's
+# template tags import), the api kind's HTTP client, the js kind's handler, pool and V8, and Redis
+# (no REDIS_URL).
 NOT_IMPORTED = [
     "rest_framework",
     "rest_framework.views",
     "requests",
     "urllib3",
+    "pygments",
     "py_mini_racer",
     "redis",
     "scheduler_app.api",

@@ -15,6 +15,11 @@ from django.core.management.base import BaseCommand
 WEB_TAGS = {checks.Tags.admin, checks.Tags.templates, checks.Tags.urls}
 
 
+def start_up_check_tags(include_deployment_checks: bool = False) -> list[str]:
+    """The tags of the checks these commands run at start: every registered tag but WEB_TAGS."""
+    return sorted(registry.tags_available(include_deployment_checks) - WEB_TAGS)
+
+
 class OfflineChecksCommand(BaseCommand):
     """A command whose start-up system checks read no database, on every Django version, and leave
     out the web side's.
@@ -39,7 +44,7 @@ class OfflineChecksCommand(BaseCommand):
         databases: Sequence[str] | None = None,
     ) -> None:
         if tags is None:
-            tags = sorted(registry.tags_available(include_deployment_checks) - WEB_TAGS)
+            tags = start_up_check_tags(include_deployment_checks)
         super().check(
             app_configs=app_configs,
             tags=tags,
