@@ -479,17 +479,17 @@ def pg_reset_statements() -> None:
 
 def statement_line(row: dict[str, Any]) -> str:
     """One row of pg_top_statements as the scripts print it: total, planning, calls, mean, rows
-    (returned or changed, over all calls) and the statement's start."""
+    (returned or changed, over all calls), WAL bytes (over all calls) and the statement's start."""
     return (
         f"  {row['total_ms']:>9} ms {row['plan_ms']:>8} ms planning {row['calls']:>6} calls"
-        f" {row['mean_ms']:>8} ms/call {row['rows']:>7} rows  {row['query']}"
+        f" {row['mean_ms']:>8} ms/call {row['rows']:>7} rows {row['wal_bytes']:>9} WAL bytes  {row['query']}"
     )
 
 
 def pg_top_statements(limit: int) -> list[dict[str, Any]]:
     """The current database's statements that took the most time so far, from pg_stat_statements:
     calls, total and mean milliseconds (executing, and planning where the server tracks it: see
-    TRACK_PLANNING), rows, and the first 160 characters."""
+    TRACK_PLANNING), rows, WAL bytes, and the first 160 characters."""
     from django.db import connection
 
     if connection.vendor != "postgresql" or limit <= 0:
@@ -501,7 +501,7 @@ def pg_top_statements(limit: int) -> list[dict[str, Any]]:
     ) as conn:
         try:
             rows = conn.execute(
-                "SELECT calls, total_exec_time, total_plan_time, rows,"
+                "SELECT calls, total_exec_time, total_plan_time, rows, wal_bytes,"
                 " left(regexp_replace(query, '\\s+', ' ', 'g'), 160)"
                 " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
                 " WHERE datname = current_database()) AND query NOT LIKE '%%pg_stat%%'"
@@ -517,9 +517,10 @@ def pg_top_statements(limit: int) -> list[dict[str, Any]]:
             "mean_ms": round(total / max(calls, 1), 3),
             "plan_ms": round(plan, 1),
             "rows": n,
+            "wal_bytes": int(wal),
             "query": q,
         }
-        for calls, total, plan, n, q in rows
+        for calls, total, plan, n, wal, q in rows
     ]
 
 

@@ -45,7 +45,14 @@ the task row read, the execution row and its creation event inserted, a
 durable commit. Its values are written into the text where the producer
 binds them (each occurrence id time-ordered, as trigger()'s uuid7).
 Triggers/s is the most W2 can execute with one producer, however fast its
-runners; checked afterwards: one pending row and one event per trigger. Before each run the journal
+runners; checked afterwards: one pending row and one event per trigger. Then
+the same statement from Python: psycopg 3 alone, one connection in
+autocommit, the statement prepared, its nine values bound as trigger() binds
+them, one call after the other for --seconds: what a Python producer gets
+from its driver, without Django's or scheduler_app's Python; then
+scheduler.trigger() itself in the same loop, through Django's connection at
+its default settings. Each prints the client's CPU per call beside its
+rate, and each is checked the same way. Before each run the journal
 tables are emptied and refilled with pending occurrences of one task, for
 twice the fastest rate so far (a run that empties the queue is run again
 with twice the rows), then vacuumed, analyzed and checkpointed. Every run
@@ -77,13 +84,17 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-from contextlib import ExitStack
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from _common import (
     bench_database,
     per_execution,
+    pg_conninfo,
     pg_stat_statements_ready,
     pg_work,
     private_postgres,
@@ -208,6 +219,79 @@ def trigger_run(args: argparse.Namespace, folder: Path, dbname: str) -> dict[str
         "executions_per_second": round(out["tps"], 1),
         "succeeded": out["transactions"],
         "per_execution": per_execution(before, after, out["transactions"]),
+    }
+
+
+@contextmanager
+def psycopg_trigger(dbname: str) -> Iterator[Callable[[], None]]:
+    """psycopg alone sending trigger()'s statement: one connection in autocommit, the statement
+    prepared (prepare_threshold 0), its nine values bound as trigger() binds them."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    from scheduler_app.models import manual_occurrence_id
+    from scheduler_app.postgres.trigger import _statement
+
+    statement = _statement(False)
+    with psycopg.connect(f"{pg_conninfo()} dbname={dbname}", autocommit=True, prepare_threshold=0) as conn:
+
+        def call() -> None:
+            now = datetime.now(UTC)
+            values = {
+                "occurrence_id": manual_occurrence_id(TASK, None, now),
+                "task_id": TASK,
+                "trigger_source": "bench",
+                "idempotency_key": None,
+                "payload_hash": "",
+                "due_at": now,
+                "now": now,
+                "params": Jsonb({}),
+                "reason": "triggered by bench",
+            }
+            if conn.execute(statement, values).fetchone() is None:
+                raise SystemExit("trigger from psycopg: a call inserted nothing")
+
+        yield call
+
+
+@contextmanager
+def api_trigger() -> Iterator[Callable[[], None]]:
+    """scheduler.trigger() itself, through Django's connection at its default settings."""
+    from scheduler_app import scheduler
+
+    yield lambda: scheduler.trigger(TASK, source="bench")
+
+
+def python_trigger_run(args: argparse.Namespace, dbname: str, *, api: bool) -> dict[str, Any]:
+    """An empty journal and the task row, then one producer in this process for --seconds, one
+    trigger after the other: psycopg alone, or (``api``) trigger(); checked."""
+    from scheduler_app.models import Task
+
+    Task.objects.update_or_create(id=TASK, defaults={"name": "No-op", "cron": "0 0 1 1 *"})
+    fill(0)
+    before = pg_work()
+    with api_trigger() if api else psycopg_trigger(dbname) as call:
+        calls = 0
+        cpu = time.process_time()
+        began = time.perf_counter()
+        deadline = began + args.seconds
+        while time.perf_counter() < deadline:
+            call()
+            calls += 1
+        seconds = time.perf_counter() - began
+        cpu = time.process_time() - cpu
+    after = pg_work()
+    found = counts()
+    if found.get("pending", 0) != calls or found["events"] != calls:
+        raise SystemExit(f"trigger from Python: {calls} calls, the tables hold {found}")
+    return {
+        "transactions": calls,
+        "latency_ms": round(seconds * 1000 / calls, 3),
+        "client_cpu_ms": round(cpu * 1000 / calls, 3),
+        "batch": 1,
+        "executions_per_second": round(calls / seconds, 1),
+        "succeeded": calls,
+        "per_execution": per_execution(before, after, calls),
     }
 
 
@@ -342,6 +426,8 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     runs: dict[int, list[dict[str, Any]]] = {batch: [] for batch in batches}
     trigger_runs: list[dict[str, Any]] = []
+    psycopg_trigger_runs: list[dict[str, Any]] = []
+    api_trigger_runs: list[dict[str, Any]] = []
     with ExitStack() as stack:
         if not args.shared_pg:
             stack.enter_context(private_postgres(port=PORT))
@@ -365,8 +451,18 @@ def main() -> None:
                     f"round {round_ + 1}, trigger: {r['executions_per_second']:,.0f} triggers/s"
                     f" ({r['latency_ms']} ms each); per trigger {r['per_execution']}"
                 )
+                for api, runs_of_it in ((False, psycopg_trigger_runs), (True, api_trigger_runs)):
+                    r = python_trigger_run(args, db.name, api=api)
+                    runs_of_it.append(r)
+                    print(
+                        f"round {round_ + 1}, trigger from {'trigger()' if api else 'psycopg'}:"
+                        f" {r['executions_per_second']:,.0f} triggers/s ({r['latency_ms']} ms each,"
+                        f" {r['client_cpu_ms']} ms of it the client's CPU); per trigger {r['per_execution']}"
+                    )
     table = {batch: summarize(runs[batch]) for batch in batches}
     trigger_row = summarize(trigger_runs, statements=1) if trigger_runs else None
+    psycopg_row = summarize(psycopg_trigger_runs, statements=1) if psycopg_trigger_runs else None
+    api_row = summarize(api_trigger_runs, statements=1) if api_trigger_runs else None
     print()
     print(f"floor, pgbench -c 2 -j 2 -T {args.seconds} -M {args.protocol}, medians of {args.repeat} runs:")
     print(
@@ -375,8 +471,10 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|")
     rows = [("unbatched" if batch == 1 else f"batched by {batch}", row) for batch, row in table.items()]
-    if trigger_row is not None:
+    if trigger_row is not None and psycopg_row is not None and api_row is not None:
         rows.append(("trigger, 1 client (triggers/s)", trigger_row))
+        rows.append(("trigger from Python: psycopg alone, 1 connection (triggers/s)", psycopg_row))
+        rows.append(("trigger from Python: trigger() (triggers/s)", api_row))
     for label, row in rows:
         wal = f"{row['wal_bytes'] / 1000:.1f} KB" if "wal_bytes" in row else "-"
         print(
@@ -387,6 +485,12 @@ def main() -> None:
         first, second = batches[:2]
         ratio = table[second]["executions_per_second"] / table[first]["executions_per_second"]
         print(f"batched by {second} / by {first}: {ratio:.2f}")
+    if trigger_row is not None and psycopg_row is not None and api_row is not None:
+        psycopg_rate, api_rate = psycopg_row["executions_per_second"], api_row["executions_per_second"]
+        print(
+            f"trigger from psycopg / pgbench: {psycopg_rate / trigger_row['executions_per_second']:.2f};"
+            f" trigger() / psycopg: {api_rate / psycopg_rate:.2f}"
+        )
     write_results(
         "floor",
         {
@@ -397,6 +501,8 @@ def main() -> None:
             "medians": {str(batch): row for batch, row in table.items()},
             "runs": {str(batch): runs[batch] for batch in batches},
             "trigger": {"median": trigger_row, "runs": trigger_runs, "script": trigger_script()},
+            "trigger_from_psycopg": {"median": psycopg_row, "runs": psycopg_trigger_runs},
+            "trigger_from_api": {"median": api_row, "runs": api_trigger_runs},
             "script_batch_10": script(10, args.protocol),
         },
     )
