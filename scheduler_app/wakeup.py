@@ -154,8 +154,11 @@ class _Sender:
 
     def _send_unless_covered(self) -> None:
         """Send the wake-up asked for, unless one sent or carried since the last request covers it."""
-        # Past the spacing by a fifth: time for the next trigger of a stream to carry it.
-        time.sleep(max(0.0, self._sent_at + SPACING * 1.2 - time.monotonic()))
+        # Past the spacing by a fifth: time for the next trigger of a stream to carry it. Each
+        # wake-up a trigger carries meanwhile puts the send off again, so that while a stream goes
+        # on its own statements wake the runners, and the thread sends at most one, at its end.
+        while (left := self._sent_at + SPACING * 1.2 - time.monotonic()) > 0:
+            time.sleep(left)
         if self._sent_at > self._requested_at:
             return
         self._sent_at = time.monotonic()

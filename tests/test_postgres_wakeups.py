@@ -119,6 +119,27 @@ def test_a_stream_is_woken_by_its_own_statements(heard, sent, monkeypatch):
     assert sent == []
 
 
+def test_a_long_stream_is_woken_by_its_own_statements_and_the_thread_sends_at_most_its_end(
+    heard, sent, monkeypatch
+):
+    """Triggers for several spacings on end: each spacing one of them carries a wake-up and the
+    others ask the thread, which, put off by each carried one, sends at most one, after the last."""
+    monkeypatch.setattr(wakeup, "SPACING", 0.2)
+    scheduler.register(definition(cron="0 0 1 1 *"))
+    began = time.monotonic()
+    triggers = 0
+    while time.monotonic() < began + 8 * wakeup.SPACING:
+        scheduler.trigger("report")
+        triggers += 1
+    ended = time.monotonic()
+    carried = 0
+    while heard() is not None:  # each carried wake-up, then the thread's, if it sent one
+        carried += 1
+    assert triggers > carried >= 4
+    assert len(sent) <= 1
+    assert all(at >= ended for at in sent)
+
+
 def test_a_trigger_wakes_a_runner_whose_next_tick_is_far_off(running):
     """The runner ticks every 60 s: only the notification can start the claim."""
     scheduler.register(definition(cron="0 0 1 1 *"))
