@@ -27,10 +27,18 @@ from scheduler_app.statements import journal_statements
 KEY_REUSED = "This idempotency key was used with other params."
 
 
+def _digest(params: dict[str, Any]) -> str:
+    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# Most triggers give no params: their digest, worked out once.
+NO_PARAMS = _digest({})
+
+
 def payload_hash(params: dict[str, Any] | None) -> str:
     """What an idempotency key is bound to: the trigger's own params, canonical."""
-    canonical = json.dumps(params or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return _digest(params) if params else NO_PARAMS
 
 
 @dataclass(frozen=True)

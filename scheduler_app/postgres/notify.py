@@ -34,7 +34,9 @@ def alias() -> str:
 
 def available() -> bool:
     """Whether the journal's PostgreSQL is reached without a transaction-mode pooler."""
-    return not connections[alias()].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS", False)
+    from scheduler_app.postgres.binding import journal_connection
+
+    return not journal_connection().settings_dict.get("DISABLE_SERVER_SIDE_CURSORS", False)
 
 
 def connect() -> Any:
