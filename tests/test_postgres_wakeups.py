@@ -25,6 +25,8 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def no_redis(settings):
     settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "REDIS_URL": None}
+    # A wake-up an earlier test's triggers left to the thread goes out now, before anything listens.
+    wakeup._sender.flush()
     wakeup._sender.reset()  # no wake-up sent yet: the next trigger carries one
     yield
     wakeup._sender.flush()

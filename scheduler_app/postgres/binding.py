@@ -87,11 +87,10 @@ def saw(newest: int) -> None:
         _runner_thread.newest = newest
 
 
-@contextmanager
-def bound_cursor(connection: Any) -> Iterator[Any]:
+def bound_cursor(connection: Any) -> Any:
     """A PostgreSQL cursor that sends parameters apart from the statement (server-side binding),
     and prepares it where ``prepares`` allows, so that PostgreSQL plans each fixed statement once
-    per connection instead of at every call.
+    per connection instead of at every call; a with block closes it.
 
     Django's cursors splice parameters into the text; for the hot fixed statements of
     ``postgres.batch``, ``postgres.claims`` and ``postgres.trigger`` that costs more Python than the
@@ -113,9 +112,7 @@ def bound_cursor(connection: Any) -> Iterator[Any]:
                 _keep_plans(connection.connection)
     with connection.wrap_database_errors:
         raw = cursor_class(connection.connection)
-    cursor = connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
-    with cursor:
-        yield cursor
+    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
 
 
 def _keep_plans(raw: Any) -> None:
