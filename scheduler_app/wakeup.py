@@ -142,8 +142,7 @@ class _Sender:
                     threading.Thread(target=self._run, name="scheduler-wake-sender", daemon=True).start()
                     self._pid = os.getpid()
         self._requested_at = time.monotonic()
-        if not self.pending.is_set():  # set, it stays so until the thread takes it
-            self.pending.set()
+        self.pending.set()
 
     def _run(self) -> None:
         pending = self.pending
